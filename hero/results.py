@@ -1,0 +1,134 @@
+"""The run record: one ``results.json`` per run, the only thing analysis reads.
+
+Schema (version 1). Every run — training, evaluation-only baseline, calibration
+trial, benchmark — writes one record with these top-level fields:
+
+    schema_version  int      1
+    status          str      "completed" | "failed"
+    method          str      "hero" | "dense" | "lora" | "drop_routable_ffn"
+    variant         str      ablation / control name ("full", "no_memory_read", ...);
+                             for baselines equal to ``method``
+    backbone        str      model name from ``conf/model`` ("tiny", "llama3_1_8b", ...)
+    seed            int
+    alpha           float    skip-loss weight α actually used (0.0 for baselines)
+    layer_set       str      "second_half" | "from_9" | "all" | "explicit"
+    routable_layers list[int]  0-based backbone layer indices
+    router          dict     resolved router options (position_state, aux_state,
+                             history_branch, memory_read, memory_dim, ...)
+    memory_dim      int
+    skip            dict     param_rate (realized, 0-1), per_layer_ffn_rate {layer: rate},
+                             per_token {quantiles, histogram}, by_token_type {type: rate}
+    eval            dict     {task: {metric: value}}
+    eval_meta       dict     suite, primary metric per task, lm_eval version, limit
+    retain          dict|None  value (x100), baseline (named), tasks, baseline_config_hash
+    train           dict     final_loss, final_lm_loss, final_skip_loss, steps, tokens
+    rho             dict     {layer: learned ρ}
+    config          dict     the fully resolved Hydra config
+    config_hash     str      hash of the config minus run-local keys (see config_hash)
+    git_commit      str
+    versions        dict     python, torch, transformers, lm_eval, hero
+    wall_time_s     float
+    created         str      ISO-8601 UTC
+    wandb           dict|None  run_id, mode, dir
+    error           str|None   one-line reason when status == "failed"
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+RESULTS_FILENAME = "results.json"
+
+# Keys of the resolved config that do not change what a run computes.
+RUN_LOCAL_KEYS = ("logger", "hydra", "paths", "force", "trainer.checkpoint_every", "trainer.progress")
+
+
+def _drop(cfg: dict, dotted: str) -> None:
+    head, _, rest = dotted.partition(".")
+    if head not in cfg:
+        return
+    if rest:
+        if isinstance(cfg[head], dict):
+            _drop(cfg[head], rest)
+    else:
+        del cfg[head]
+
+
+def config_hash(config: dict) -> str:
+    """Stable 16-hex hash of a resolved config, ignoring run-local keys (output dirs, logger, force)."""
+    cfg = json.loads(json.dumps(config, sort_keys=True, default=str))
+    for key in RUN_LOCAL_KEYS:
+        _drop(cfg, key)
+    blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def git_commit(cwd: str | os.PathLike | None = None) -> str:
+    """The commit of the code that ran (``unknown`` outside a git checkout), ``+dirty`` if modified."""
+    here = cwd or Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages whose changes move results."""
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "lm_eval", "peft"):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001 - a missing optional package is recorded as such
+            out[name] = "not installed"
+    from hero import __version__
+
+    out["hero"] = __version__
+    return out
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_atomic(path: str | os.PathLike, payload: Any) -> Path:
+    """Write JSON to ``path`` via a temp file in the same directory and ``os.replace``.
+
+    A reader never sees a half-written record, and a crash mid-write leaves the old file intact.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2, sort_keys=False, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_record(path: str | os.PathLike) -> dict:
+    with open(path) as f:
+        return json.load(f)
