@@ -1,0 +1,157 @@
+"""PNG figures: quality–cost curves, quality vs latency, per-layer FFN usage, per-token skip, learned ρ.
+
+Each function takes polars frames from the other ``analysis`` modules, writes one
+PNG (matplotlib, Agg backend) and returns its path, or ``None`` when the records
+carry none of the data it needs (the report lists what was skipped). Skip rates
+are the realized parameter skip rate in % (HERO_SPEC §7).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+from analysis.curves import CURVE_KEYS, curves  # noqa: E402
+from analysis.load import KEYS  # noqa: E402
+
+DPI = 120
+
+
+def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path) -> Path | None:
+    """One panel per (backbone, metric): seed-mean quality vs skip with seed-std error bars and the monotone fit.
+
+    ``metrics`` maps a column of ``curve_points`` to its axis label.
+    """
+    if points.height == 0:
+        return None
+    backbones = sorted(points["backbone"].unique().to_list())
+    fig, axes = plt.subplots(len(backbones), len(metrics), figsize=(4.2 * len(metrics), 3.6 * len(backbones)),
+                             squeeze=False)
+    for i, backbone in enumerate(backbones):
+        mine = points.filter(pl.col("backbone") == backbone)
+        for j, (metric, label) in enumerate(metrics.items()):
+            ax = axes[i][j]
+            for c in curves(mine, metric):
+                part = mine.filter(*(pl.col(k) == c.key[k] for k in CURVE_KEYS if c.key[k] is not None))
+                bars = ax.errorbar(part["skip.mean"], part[f"{metric}.mean"], xerr=part["skip.std"].fill_null(0),
+                                   yerr=part[f"{metric}.std"].fill_null(0), fmt="o", ms=4, capsize=2, label=c.label)
+                if c.interpolable:
+                    ax.plot(*c.fit, "--", lw=1, color=bars[0].get_color())
+            ax.set(xlabel="realized parameter skip (%)", ylabel=label, title=f"{backbone}: {label}")
+            ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return _save(fig, path)
+
+
+def quality_latency(latency: pl.DataFrame, metric: str, label: str, path: Path) -> Path | None:
+    """Quality vs each measured benchmark figure (``bench.<figure>.<shape>``), per group; ``None`` without benchmarks."""
+    figures = [c.removesuffix(".mean") for c in latency.columns if c.startswith("bench.") and c.endswith(".mean")]
+    if latency.height == 0 or not figures:
+        return None
+    fig, axes = plt.subplots(1, len(figures), figsize=(4.5 * len(figures), 3.8), squeeze=False)
+    for ax, fig_name in zip(axes[0], figures):
+        part = latency.filter(pl.col(f"{fig_name}.mean").is_not_null())
+        for row in part.iter_rows(named=True):
+            ax.errorbar(row[f"{fig_name}.mean"], row[f"{metric}.mean"], xerr=row[f"{fig_name}.std"] or 0,
+                        yerr=row[f"{metric}.std"] or 0, fmt="o", ms=4, capsize=2, label=_group(row))
+        ax.set(xlabel=fig_name.removeprefix("bench."), ylabel=label)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return _save(fig, path)
+
+
+def ffn_usage_heatmap(runs: pl.DataFrame, path: Path) -> Path | None:
+    """Rows: groups; columns: routable layers; colour: fraction of tokens executing the FFN (seed mean)."""
+    long = _layer_long(runs, "per_layer_ffn_rate")
+    if long is None:
+        return None
+    wide = long.pivot(on="layer", index="group", values="value", sort_columns=True, maintain_order=True)
+    layers = wide.columns[1:]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.45 * len(layers) + 3.0, 0.6 + 0.32 * wide.height))
+    im = ax.imshow(wide.select(layers).to_numpy(), aspect="auto", vmin=0.0, vmax=1.0, cmap="viridis")
+    ax.set_xticks(range(len(layers)), layers)
+    ax.set_yticks(range(wide.height), wide["group"].to_list(), fontsize=7)
+    ax.set_xlabel("backbone layer (0-based)")
+    ax.set_title("FFN usage per layer\n(fraction of tokens executing the FFN)", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    return _save(fig, path)
+
+
+def rho_per_layer(runs: pl.DataFrame, path: Path) -> Path | None:
+    """Learned forget factor ρ per layer, seed mean ± std, one panel per curve (lines per α)."""
+    return _per_curve_panels(runs, "rho", "learned ρ", path, _rho_panel)
+
+
+def per_token_skip(runs: pl.DataFrame, path: Path) -> Path | None:
+    """Distribution over tokens of the per-token skip rate (histograms averaged over seeds), lines per α."""
+    return _per_curve_panels(runs, "per_token_counts", "share of tokens", path, _token_panel)
+
+
+def _rho_panel(ax, part: pl.DataFrame) -> None:
+    long = (part.select(*KEYS, "seed", pl.col("rho")).explode("rho").drop_nulls("rho").unnest("rho")
+            .group_by("alpha", "layer").agg(pl.col("value").mean().alias("m"), pl.col("value").std().alias("s"))
+            .sort("alpha", "layer"))
+    for (alpha,), g in long.group_by("alpha", maintain_order=True):
+        ax.errorbar(g["layer"], g["m"], yerr=g["s"].fill_null(0), fmt="o-", ms=3, capsize=2, label=f"α={alpha:g}")
+    ax.set_xlabel("backbone layer (0-based)")
+
+
+def _token_panel(ax, part: pl.DataFrame) -> None:
+    for (alpha,), g in part.drop_nulls("per_token_counts").group_by("alpha", maintain_order=True):
+        edges = np.asarray(g["per_token_edges"][0])
+        same = [np.asarray(c) for c, e in zip(g["per_token_counts"], g["per_token_edges"])
+                if len(c) == len(edges) - 1 and np.allclose(e, edges)]
+        share = np.mean([c / c.sum() for c in same if c.sum() > 0], axis=0)
+        ax.stairs(share, edges * 100.0, label=f"α={alpha:g} ({len(same)} seeds)")
+    ax.set_xlabel("per-token parameter skip (%)")
+
+
+def _per_curve_panels(runs: pl.DataFrame, column: str, ylabel: str, path: Path, draw) -> Path | None:
+    if column not in runs.columns:
+        return None
+    have = runs.filter(pl.col(column).is_not_null() & (pl.col(column).list.len() > 0))
+    if have.height == 0:
+        return None
+    panels = have.select(CURVE_KEYS).unique().sort(list(CURVE_KEYS), nulls_last=True).to_dicts()
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.3 * rows), squeeze=False)
+    for ax, key in zip(axes.flat, panels):
+        part = have.filter(*(pl.col(k) == v for k, v in key.items() if v is not None))
+        draw(ax, part.sort("alpha"))
+        ax.set(ylabel=ylabel, title=f"{key['backbone']} {key['method']}/{key['variant']} d_m={key['memory_dim']} "
+                                    f"{key['layer_set']}")
+        ax.title.set_fontsize(8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    return _save(fig, path)
+
+
+def _layer_long(runs: pl.DataFrame, column: str) -> pl.DataFrame | None:
+    if column not in runs.columns:
+        return None
+    long = (runs.select(*KEYS, pl.col(column)).explode(column).drop_nulls(column).unnest(column)
+            .group_by(*KEYS, "layer").agg(pl.col("value").mean()).sort(*KEYS, "layer", nulls_last=True))
+    if long.height == 0:
+        return None
+    label = pl.format("{} {}/{} α={} d_m={} {}", *(pl.col(k).cast(pl.String) for k in KEYS))
+    return long.select(label.alias("group"), pl.col("layer").cast(pl.String), "value")
+
+
+def _group(row: dict) -> str:
+    return f"{row['method']}/{row['variant']} α={row['alpha']:g} d_m={row['memory_dim']}"
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
