@@ -27,8 +27,8 @@ from pathlib import Path
 
 import polars as pl
 
-from hero.results import RESULTS_FILENAME
-
+RESULTS_FILENAME = "results.json"
+"""Same as ``hero.results.RESULTS_FILENAME`` (a test checks it); not imported so that analysis does not load torch."""
 KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set")
 """The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds)."""
 REQUIRED = ("backbone", "method", "variant", "seed")

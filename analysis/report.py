@@ -1,0 +1,253 @@
+"""``python -m analysis.report <dirs…> --out <dir>``: every table, curve, plot and a summary from run records.
+
+Reads every ``results.json`` under the given directories (multirun dirs, calibration
+dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``--out``:
+
+* ``table{1..4}_<name>.{md,csv,tex}`` and ``…_paired.csv`` — the paper's Tables 1–4
+  (``analysis.tables``), each with its named Retain baseline and task set;
+* ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``);
+* ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv`` — quality–cost curves,
+  comparisons at matched skip and areas between curves (``analysis.curves``);
+* ``latency.csv`` when records carry benchmark figures;
+* ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
+* PNG plots (``analysis.plots``) and ``summary.json``;
+* with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
+* with ``--wandb-project``, the tables pushed to a W&B run.
+
+A baseline selector that matches no group, or several, stops the report with a
+one-line error naming the option, the selector and the groups that exist.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from analysis.curves import area_between, curve_points, curves, latency_points, matched_skip, reference_curves
+from analysis.load import Runs, load_runs
+from analysis.retain import BaselineError, resolve_baselines, with_retain
+from analysis.stats import summarize
+from analysis.tables import Table, build_table, paper_tables
+
+SELECTOR_HELP = ("A selector is key=value[,key=value...] over run fields (method, variant, alpha, memory_dim, "
+                 "layer_set, backbone, ...); it must pick exactly one group per backbone, else the report stops.")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0],
+                                epilog=SELECTOR_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dirs", nargs="+", help="directories (searched recursively) or results.json files")
+    p.add_argument("--out", required=True, type=Path, help="output directory (created)")
+    p.add_argument("--tables", default="1,2,3,4", help="which paper tables to build (default: 1,2,3,4)")
+    p.add_argument("--main-alpha", type=float, default=1e-3, help="α of the main setting (default: 0.001)")
+    p.add_argument("--main-memory-dim", type=int, default=64, help="memory dim of the main setting (default: 64)")
+    p.add_argument("--main-layer-set", default="second_half", help="layer set of the main setting (default: second_half)")
+    p.add_argument("--baseline-table1", metavar="SEL", default="method=dense",
+                   help="Retain baseline of Table 1, main results (default: method=dense, the Dense run)")
+    p.add_argument("--baseline-table2", metavar="SEL",
+                   help="Retain baseline of Table 2, α sweep (default: alpha=<main α>, i.e. alpha=0.001)")
+    p.add_argument("--baseline-table3", metavar="SEL", default="variant=full",
+                   help="Retain baseline of Table 3, ablations (default: variant=full, full HeRo)")
+    p.add_argument("--baseline-table4", metavar="SEL",
+                   help="Retain baseline of Table 4, memory dim (default: memory_dim=<main dim>, the 64-dim run)")
+    p.add_argument("--curve-baseline", metavar="SEL", default="method=dense",
+                   help="Retain baseline of the quality–cost curves and groups.csv (default: method=dense)")
+    p.add_argument("--curve-reference", metavar="SEL",
+                   help="curve the others are compared with at matched skip (default: "
+                        "method=hero,variant=full,memory_dim=<main dim>,layer_set=<main layer set>)")
+    p.add_argument("--matched-skip", metavar="PCTS",
+                   help="comma-separated skip rates in %% for matched comparisons (default: the reference curve's points)")
+    p.add_argument("--tasks", help="comma-separated task set for Retain (default: every task the baseline scores)")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the t intervals (default: 0.95)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--notebooks", action="store_true", help="also execute analysis/notebooks/*.py into <out>/notebooks")
+    p.add_argument("--wandb-project", help="push the tables to a W&B run in this project (mode from WANDB_MODE)")
+    p.add_argument("--wandb-entity", help="W&B entity for --wandb-project")
+    return p
+
+
+def run_report(args: argparse.Namespace) -> dict:
+    """Write every output of the module docstring under ``args.out``; return the summary (also in summary.json)."""
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(args.dirs)
+    frame = runs.records.collect()
+    tasks = args.tasks.split(",") if args.tasks else None
+    summary = {"inputs": [str(d) for d in args.dirs], "counts": runs.counts(), "tasks": runs.tasks,
+               "problems": runs.problems.to_dicts(), "notes": list(runs.notes), "tables": {}, "files": []}
+    files: list[Path] = summary["files"]
+    files += _write_problems(runs, out)
+    if frame.height == 0:
+        summary["notes"].append("no completed records: no tables, curves or plots")
+        return _finish(summary, out)
+
+    baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={args.main_alpha:g}",
+                 3: args.baseline_table3, 4: args.baseline_table4 or f"memory_dim={args.main_memory_dim}"}
+    wanted = {int(n) for n in args.tables.split(",")}
+    built: list[Table] = []
+    for spec in paper_tables(args.main_alpha, args.main_memory_dim, args.main_layer_set, baselines):
+        if spec.number not in wanted:
+            continue
+        table = build_table(frame, spec, runs.tasks, tasks, args.level)
+        if table is None:
+            summary["tables"][spec.stem] = {"skipped": f"no completed run matches its rows ({spec.rows})"}
+            continue
+        built.append(table)
+        files += table.write(out)
+        summary["tables"][spec.stem] = {
+            "rows": table.stats.height, "runs": table.runs.height, "row_filter": spec.rows,
+            "baseline": {b: {"option": x.option, "selector": x.selector, "group": x.label, "seeds": list(x.seeds),
+                             "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in table.baselines.items()},
+            "notes": table.notes}
+
+    curve_base = resolve_baselines(frame, args.curve_baseline, "--curve-baseline", runs.tasks, tasks)
+    scored = with_retain(frame, curve_base)
+    task_cols = list(dict.fromkeys(f"score.{t}" for b in curve_base.values() for t in b.tasks))
+    scored = scored.with_columns(*(pl.col(c) * 100.0 for c in task_cols))
+    groups = summarize(scored.with_columns((pl.col("skip.param_rate") * 100.0).alias("skip")),
+                       ["skip", "retain", *task_cols], level=args.level)
+    base_label = {b: f"{x.label} ({x.selector})" for b, x in curve_base.items()}
+    groups = groups.with_columns(pl.col("backbone").replace_strict(base_label, default=None).alias("retain_baseline"))
+    files.append(_csv(groups, out / "groups.csv"))
+
+    points = curve_points(scored, ["retain", *task_cols], level=args.level)
+    files.append(_csv(points, out / "curves.csv"))
+    reference = args.curve_reference or (f"method=hero,variant=full,memory_dim={args.main_memory_dim},"
+                                         f"layer_set={args.main_layer_set}")
+    levels = [float(v) for v in args.matched_skip.split(",")] if args.matched_skip else None
+    metric_curves = {m: curves(points, m) for m in ["retain", *task_cols]}
+    refs = {m: reference_curves(c, reference) for m, c in metric_curves.items()}
+    matched = pl.concat([matched_skip(c, refs[m], levels) for m, c in metric_curves.items()])
+    areas = pl.concat([area_between(c, refs[m]) for m, c in metric_curves.items()])
+    files += [_csv(matched, out / "matched_skip.csv"), _csv(areas, out / "curve_areas.csv")]
+    (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, curve_base, reference, runs.tasks))
+    files.append(out / "matched_skip.md")
+    summary["curves"] = {
+        "retain_baseline": {b: {"selector": x.selector, "group": x.label, "task_set": {t: runs.tasks[t] for t in x.tasks}}
+                            for b, x in curve_base.items()},
+        "reference": {b: {"selector": reference, "curve": c.label} for b, c in refs["retain"].items()},
+        "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
+        "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
+    }
+    latency = latency_points(scored, ["retain"], level=args.level)
+    if latency.height:
+        files.append(_csv(latency, out / "latency.csv"))
+    else:
+        summary["notes"].append("no record carries benchmark figures (bench): no latency table or plot")
+
+    if not args.no_plots:
+        summary["plots"] = _plots(scored, points, latency, task_cols, out)
+        files += [Path(p) for p in summary["plots"].values() if p]
+    if args.notebooks:
+        from analysis.execute import execute_all
+
+        files += execute_all(args.dirs, out / "notebooks")
+    if args.wandb_project:
+        summary["wandb"] = push_wandb(built, summary, args.wandb_project, args.wandb_entity)
+    return _finish(summary, out)
+
+
+def _plots(scored: pl.DataFrame, points: pl.DataFrame, latency: pl.DataFrame, task_cols: list[str], out: Path) -> dict:
+    from analysis import plots
+
+    hero = scored.filter(pl.col("method") == "hero")
+    metrics = {"retain": "Retain (%)", **{c: f"{c.removeprefix('score.')} (×100)" for c in task_cols}}
+    made = {
+        "quality_cost": plots.quality_cost(points, metrics, out / "quality_cost.png"),
+        "quality_latency": plots.quality_latency(latency, "retain", "Retain (%)", out / "quality_latency.png"),
+        "ffn_usage_heatmap": plots.ffn_usage_heatmap(hero, out / "ffn_usage_heatmap.png"),
+        "per_token_skip": plots.per_token_skip(hero, out / "per_token_skip.png"),
+        "rho_per_layer": plots.rho_per_layer(hero, out / "rho_per_layer.png"),
+    }
+    return {k: (str(v) if v else None) for k, v in made.items()}
+
+
+def _write_problems(runs: Runs, out: Path) -> list[Path]:
+    csv = _csv(runs.problems, out / "problems.csv")
+    counts = runs.counts()
+    lines = [f"# Runs found: {counts['found']}; completed: {counts['completed']}; "
+             + "; ".join(f"{k}: {v}" for k, v in counts.items() if k not in ("found", "completed")), ""]
+    if runs.problems.height:
+        lines += ["| kind | path | reason |", "|---|---|---|"]
+        lines += [f"| {r['kind']} | {r['path']} | {r['reason']} |" for r in runs.problems.iter_rows(named=True)]
+    else:
+        lines.append("No failed, incomplete, invalid, unreadable or duplicate runs.")
+    md = out / "problems.md"
+    md.write_text("\n".join(lines) + "\n")
+    return [csv, md]
+
+
+def _matched_markdown(matched: pl.DataFrame, areas: pl.DataFrame, base: dict, reference: str, metrics: dict) -> str:
+    lines = ["# Quality at matched skip (monotone fit, interpolated; no extrapolation)", "",
+             f"Reference curve: `{reference}`. Retain baselines: "
+             + "; ".join(x.describe(metrics) for x in base.values()), "",
+             "| backbone | curve | metric | skip % | quality | reference | difference |", "|---|---|---|---|---|---|---|"]
+    for r in matched.iter_rows(named=True):
+        q = "out of range" if not r["in_range"] else f"{r['quality']:.2f} | {r['reference_quality']:.2f} | {r['difference']:+.2f}"
+        if not r["in_range"]:
+            q += " | – | –"
+        lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
+                     f"{r['metric']} | {r['skip']:.2f} | {q} |")
+    lines += ["", "Area between each curve and the reference over their common skip interval "
+                  "(∫ (curve − reference) d skip%, and the mean gap = area / width):", "",
+              "| backbone | curve | metric | skip interval % | area | mean gap |", "|---|---|---|---|---|---|"]
+    for r in areas.iter_rows(named=True):
+        area = "no overlap | –" if r["area"] is None else f"{r['area']:.3f} | {r['mean_gap']:+.3f}"
+        lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
+                     f"{r['metric']} | {r['skip_lo']:.2f}–{r['skip_hi']:.2f} | {area} |")
+    return "\n".join(lines) + "\n"
+
+
+def push_wandb(tables: list[Table], summary: dict, project: str, entity: str | None) -> dict:
+    """Log every table (as displayed, plus its caption) and the run counts to one W&B run of job type ``analysis``."""
+    import wandb
+
+    run = wandb.init(project=project, entity=entity, job_type="analysis", config={"inputs": summary["inputs"]})
+    for t in tables:
+        df = t.display()
+        run.log({t.spec.stem: wandb.Table(columns=df.columns, data=[list(r) for r in df.rows()])})
+        run.summary[f"{t.spec.stem}/caption"] = "\n".join(t.caption())
+    for k, v in summary["counts"].items():
+        run.summary[f"runs/{k}"] = v
+    info = {"run_id": run.id, "project": project, "mode": str(run.settings.mode)}
+    run.finish()
+    return info
+
+
+def _csv(df: pl.DataFrame, path: Path) -> Path:
+    lists = [c for c, t in df.schema.items() if isinstance(t, (pl.List, pl.Array))]
+    df.with_columns(pl.col(c).list.eval(pl.element().cast(pl.String)).list.join(" ") for c in lists).write_csv(path)
+    return path
+
+
+def _finish(summary: dict, out: Path) -> dict:
+    summary["files"] = sorted({str(p) for p in summary["files"]} | {str(out / "summary.json")})
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        summary = run_report(args)
+    except (BaselineError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    c = summary["counts"]
+    print(f"runs found {c['found']}: " + ", ".join(f"{k} {v}" for k, v in c.items() if k != "found"))
+    for p in summary["problems"]:
+        print(f"  {p['kind']}: {p['path']} — {p['reason']}")
+    for name, t in summary["tables"].items():
+        print(f"{name}: " + (t["skipped"] if "skipped" in t else f"{t['rows']} rows; baselines "
+                             + "; ".join(f"{b}: {x['group']}" for b, x in t["baseline"].items())))
+    for note in summary["notes"]:
+        print(f"note: {note}")
+    print(f"wrote {len(summary['files'])} files to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
