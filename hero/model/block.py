@@ -1,0 +1,152 @@
+"""A routable decoder layer: frozen attention, then FFN *or* adapter per token (eq 1–3).
+
+The wrapper keeps the backbone's own decoder layer as ``base_layer`` (peft style)
+and calls its ``input_layernorm``, ``self_attn``, ``post_attention_layernorm`` and
+``mlp``; every keyword argument (masks, rotary embeddings, KV cache) goes to the
+backbone's attention untouched.
+
+The router state crosses layers through a ``RoutingContext`` shared by the blocks
+of one model. Under gradient checkpointing the carry is an explicit input and
+output of the checkpointed function, so the recomputation in backward sees the
+same carry as the forward did.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from hero.model.adapter import Adapter
+from hero.model.router import Carry, Decision, Router
+
+GateOverride = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class BlockRecord:
+    """What one routable block did in the last forward pass, shaped (B, T)."""
+
+    layer: int
+    gate: torch.Tensor
+    ffn_executed: torch.Tensor
+    trace: dict | None = None
+
+
+@dataclass
+class RoutingContext:
+    """Per-model scratch space of one forward pass; not a module, never saved.
+
+    carry      the router state left by the previous routable block
+    records    one BlockRecord per routable block, in depth order (reset at block 1)
+    trace      when True, blocks also keep every intermediate of HERO_SPEC eq 1–16
+    override   optional policy (j, gate) -> bool mask that replaces ``gate ≥ τ``
+               (benchmarks force an FFN-skip fraction with it)
+    """
+
+    carry: Carry | None = None
+    records: list[BlockRecord] = field(default_factory=list)
+    trace: bool = False
+    override: GateOverride | None = None
+
+
+class RoutedDecoderLayer(nn.Module):
+    """Routable block j of layer ``layer``: eq 1 (attention), eq 3 (one branch per token)."""
+
+    def __init__(self, base_layer: nn.Module, router: Router, context: RoutingContext, j: int, layer: int,
+                 adapter_dim: int, rho_init: float, forget: str):
+        super().__init__()
+        self.base_layer = base_layer
+        self.j = j
+        self.layer = layer
+        self.forget = forget
+        hidden = router.hidden_size
+        self.adapter = Adapter(hidden, adapter_dim)
+        # ρ_j = σ(η_j), η_j initialised so that ρ ≈ rho_init (eq 12).
+        self.eta = nn.Parameter(torch.logit(torch.tensor(float(rho_init))))
+        # Shared objects, held outside the module tree so they are neither duplicated
+        # in the state dict nor registered once per layer.
+        self.__dict__["router"] = router
+        self.__dict__["context"] = context
+
+    @property
+    def rho(self) -> torch.Tensor:
+        if self.forget == "zero":
+            return torch.zeros_like(self.eta)
+        return torch.sigmoid(self.eta)
+
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+        ctx = self.context
+        if self.j == 1:
+            ctx.records = []
+            carry = None
+        else:
+            carry = ctx.carry
+            if carry is None:
+                raise RuntimeError(f"routable block {self.j} (layer {self.layer}) ran before block 1 in this forward pass")
+        use_checkpoint = self.base_layer.gradient_checkpointing and self.training and torch.is_grad_enabled()
+        if use_checkpoint:
+            kwargs["use_cache"] = False
+            kwargs.pop("cache", None)
+            kwargs.pop("past_key_values", None)
+            carry_in = carry.tensors() if carry is not None else ()
+            out = checkpoint(self._block, hidden_states, kwargs, *carry_in, use_reentrant=False)
+        else:
+            out = self._block(hidden_states, kwargs, *(carry.tensors() if carry is not None else ()))
+        h_out, decision, executed, new_carry, extras = out
+        ctx.carry = None if self.j == self.router.num_routable else new_carry
+        shape = hidden_states.shape[:-1]
+        trace = None
+        if ctx.trace:
+            trace = {name: getattr(decision, name).reshape(*shape, *getattr(decision, name).shape[1:])
+                     for name in ("history_logit", "local_logit", "p_hist", "m_hist", "x_path", "memory_read", "nu")}
+            trace.update({name: value.reshape(*shape, *value.shape[1:]) for name, value in extras.items()})
+            trace["h_out"] = h_out
+        ctx.records.append(BlockRecord(self.layer, decision.gate.reshape(shape), executed.reshape(shape), trace))
+        return h_out
+
+    def _block(self, hidden_states: torch.Tensor, kwargs: dict, *carry_tensors: torch.Tensor):
+        base = self.base_layer
+        residual = hidden_states
+        attn_out, _ = base.self_attn(hidden_states=base.input_layernorm(hidden_states), **kwargs)
+        hbar = residual + attn_out
+        shape = hbar.shape
+        hbar_flat = hbar.reshape(-1, shape[-1])
+        carry = Carry(*carry_tensors) if carry_tensors else self.router.initial_carry(hbar_flat)
+        decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
+        executed = self._executed(decision.gate)
+        u = base.post_attention_layernorm(hbar_flat)
+        update = self._single_branch(u, decision.gate, executed)
+        h_out = (hbar_flat + update.to(hbar_flat.dtype)).reshape(shape)
+        extras = {"h_bar": hbar_flat, "u": u} if self.context.trace else {}
+        return h_out, decision, executed, new_carry, extras
+
+    def _executed(self, gate: torch.Tensor) -> torch.Tensor:
+        override = self.context.override
+        if override is not None:
+            return override(self.j, gate).to(torch.bool)
+        return gate >= self.router.config.tau
+
+    def _single_branch(self, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """g·FFN(u) on rows with g ≥ τ, (1 − g)·Adapter(u) on the others (eq 3).
+
+        Only the selected rows enter each branch (index gather / scatter), so a
+        skipped token costs the adapter, not the FFN. The threshold carries no
+        gradient; the scaling by g or 1 − g carries it to the router.
+        """
+        mlp = self.base_layer.mlp
+        g = gate.unsqueeze(-1)
+        n_ffn = int(executed.sum())
+        if n_ffn == u.shape[0]:
+            return (g * mlp(u)).to(u.dtype)
+        if n_ffn == 0:
+            return ((1.0 - g) * self.adapter(u)).to(u.dtype)
+        ffn_rows = executed.nonzero().squeeze(-1)
+        adapter_rows = (~executed).nonzero().squeeze(-1)
+        ffn_out = g[ffn_rows] * mlp(u.index_select(0, ffn_rows))
+        adapter_out = (1.0 - g[adapter_rows]) * self.adapter(u.index_select(0, adapter_rows))
+        update = u.new_zeros(u.shape)
+        update = update.index_copy(0, ffn_rows, ffn_out.to(u.dtype))
+        return update.index_copy(0, adapter_rows, adapter_out.to(u.dtype))

@@ -1,0 +1,96 @@
+"""Router options (HERO_SPEC §2–§4, ablation switches §8), validated at construction."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+
+class HeRoConfigError(ValueError):
+    """A router option has a value HeRo cannot run with."""
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """Every knob of the router and adapters.
+
+    Defaults are the paper's main setting (HERO_SPEC §2–§4): 48-dim content code,
+    16-dim path code, 64-dim memory, heads of width 256, T_hist = 0.9, τ_exec = 0.5,
+    ρ initialised at 0.98. ``adapter_dim=None`` scales the paper's 896 at d = 4096
+    to the backbone's width (d · 7/32).
+
+    Ablation switches (HERO_SPEC §8):
+      position_state  False drops r, q_rem, d, γ from the path encoder input.
+      aux_state       False drops the whole path encoder: s = z^h.
+      history_branch  False drops the history head and memory: g = σ(b).
+      memory_read     False keeps history head and path state, reads c = 0.
+    Controls beyond the paper:
+      forget          "learned" (ρ = σ(η)) or "zero" (ρ = 0: recent state only).
+    """
+
+    position_state: bool = True
+    aux_state: bool = True
+    history_branch: bool = True
+    memory_read: bool = True
+    memory_dim: int = 64
+    content_dim: int = 48
+    path_dim: int = 16
+    content_hidden: int = 256
+    path_hidden: int = 32
+    head_hidden: int = 256
+    local_head_hidden: int | None = None
+    T_hist: float = 0.9
+    tau: float = 0.5
+    adapter_dim: int | None = None
+    rho_init: float = 0.98
+    forget: str = "learned"
+    gate_bias_init: float = 3.0
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        positive_ints = ("memory_dim", "content_dim", "path_dim", "content_hidden", "path_hidden", "head_hidden")
+        for name in positive_ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise HeRoConfigError(f"router.{name}={value!r}: must be a positive integer")
+        for name in ("adapter_dim", "local_head_hidden"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise HeRoConfigError(f"router.{name}={value!r}: must be a positive integer or null")
+        for name in ("position_state", "aux_state", "history_branch", "memory_read"):
+            if not isinstance(getattr(self, name), bool):
+                raise HeRoConfigError(f"router.{name}={getattr(self, name)!r}: must be true or false")
+        if not 0.0 < self.tau < 1.0:
+            raise HeRoConfigError(f"router.tau={self.tau!r}: must lie in the open interval (0, 1)")
+        if not (isinstance(self.T_hist, (int, float)) and self.T_hist > 0 and math.isfinite(self.T_hist)):
+            raise HeRoConfigError(f"router.T_hist={self.T_hist!r}: must be a positive finite number")
+        if not 0.0 < self.rho_init < 1.0:
+            raise HeRoConfigError(f"router.rho_init={self.rho_init!r}: must lie in the open interval (0, 1)")
+        if self.forget not in ("learned", "zero"):
+            raise HeRoConfigError(f"router.forget={self.forget!r}: allowed values are 'learned', 'zero'")
+        if not self.eps > 0:
+            raise HeRoConfigError(f"router.eps={self.eps!r}: must be positive")
+
+    @property
+    def state_dim(self) -> int:
+        """Width of s_j = [z^h ; z^a] (eq 9); z^h alone without the path encoder."""
+        return self.content_dim + (self.path_dim if self.aux_state else 0)
+
+    @property
+    def path_features(self) -> tuple[int, ...]:
+        """Indices of x_path (eq 4) the path encoder reads: all six, or p_hist/m_hist only."""
+        return (0, 1, 2, 3, 4, 5) if self.position_state else (4, 5)
+
+    def resolved_adapter_dim(self, hidden_size: int) -> int:
+        return self.adapter_dim or max(1, round(hidden_size * 7 / 32))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, options: dict) -> "RouterConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise HeRoConfigError(f"unknown router option(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**options)

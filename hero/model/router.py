@@ -1,0 +1,215 @@
+"""The HeRo router shared by all routable blocks: state encoder, depth memory, two heads.
+
+One ``Router`` serves every routable block (HERO_SPEC §2: encoders, memory
+projections and heads are shared); the per-layer forget parameter η and the
+adapter live in each block. ``Router.step`` is one decision point j: it reads the
+carry left by block j−1 and returns the gate and the carry for block j+1.
+All router arithmetic runs in float32 (also under autocast): path features
+difference nearly equal residual vectors, and the memory accumulates over depth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hero.model.config import RouterConfig
+
+
+@dataclass
+class Carry:
+    """Per-token router state passed from routable block j to j+1 (flattened tokens N).
+
+    prev_hbar  h̄_{j}          (N, d)      for δ_{j+1} (eq 7)
+    prev_delta δ_{j}          (N, d)      for γ_{j+1} (eq 8)
+    S          S_{j}          (N, d_m, d_m) memory matrix (eq 12)
+    zeta       ζ_{j}          (N, d_m)    memory normaliser (eq 12)
+    p_hist     p^hist_{j}     (N,)        (eq 14)
+    m_hist     m^hist_{j}     (N,)        (eq 15)
+    """
+
+    prev_hbar: torch.Tensor
+    prev_delta: torch.Tensor
+    S: torch.Tensor
+    zeta: torch.Tensor
+    p_hist: torch.Tensor
+    m_hist: torch.Tensor
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.prev_hbar, self.prev_delta, self.S, self.zeta, self.p_hist, self.m_hist)
+
+
+@dataclass
+class Decision:
+    """Everything block j decided, all flattened over tokens (N, ...)."""
+
+    gate: torch.Tensor
+    history_logit: torch.Tensor
+    local_logit: torch.Tensor
+    p_hist: torch.Tensor
+    m_hist: torch.Tensor
+    x_path: torch.Tensor
+    memory_read: torch.Tensor
+    nu: torch.Tensor
+
+
+def phi(x: torch.Tensor) -> torch.Tensor:
+    """Positive feature map of the kernelised linear attention: φ(x) = ELU(x) + 1 (eq 11)."""
+    return F.elu(x) + 1.0
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_hidden), nn.SiLU(), nn.Linear(d_hidden, d_out))
+
+
+class Router(nn.Module):
+    """Shared router parameters and the per-decision computation (eq 4–16)."""
+
+    def __init__(self, config: RouterConfig, hidden_size: int, num_routable: int):
+        super().__init__()
+        self.config = config
+        self.hidden_size = hidden_size
+        self.num_routable = num_routable
+        c = config
+        local_hidden = c.local_head_hidden or c.head_hidden
+        self.norm = RMSNorm(hidden_size)
+        # f_ψ: local head on the normalised h̄ (eq 16). The raw residual grows with depth,
+        # so the head shared across layers reads it through the same RMSNorm as z^h (eq 5).
+        self.local_head = mlp(hidden_size, local_hidden, 1)
+        if c.history_branch:
+            # z^h = W_hu · SiLU(W_hd · RMSNorm(h̄))  (eq 5)
+            self.content_down = nn.Linear(hidden_size, c.content_hidden)
+            self.content_up = nn.Linear(c.content_hidden, c.content_dim)
+            if c.aux_state:
+                # z^a = FFN_path(x_path)  (eq 9)
+                self.path_encoder = mlp(len(c.path_features), c.path_hidden, c.path_dim)
+            # q, k, v = W_q s, W_k s, W_v s  (eq 10), fused into one projection.
+            self.qkv = nn.Linear(c.state_dim, 3 * c.memory_dim, bias=False)
+            # ν = 1 − cos(W_n s, W_c c)  (eq 13)
+            self.W_n = nn.Linear(c.state_dim, c.memory_dim, bias=False)
+            self.W_c = nn.Linear(c.memory_dim, c.memory_dim, bias=False)
+            # a = f_θ([s ; c ; ν])  (eq 14)
+            self.history_head = mlp(c.state_dim + c.memory_dim + 1, c.head_hidden, 1)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Start near the dense model: g ≈ σ(gate_bias_init) so every FFN executes at step 0."""
+        self.local_head[2].weight.normal_(0.0, 1e-3)
+        self.local_head[2].bias.fill_(self.config.gate_bias_init)
+        if self.config.history_branch:
+            self.history_head[2].weight.normal_(0.0, 1e-3)
+            self.history_head[2].bias.zero_()
+
+    def initial_carry(self, hbar: torch.Tensor) -> Carry:
+        """The state before the first routable block: zeros, p_hist_0 = m_hist_0 = 1 (eq 7, 11, 15).
+
+        Variants that never read the memory carry an empty (N, 0, 0) matrix.
+        """
+        n = hbar.shape[0]
+        d_m = self.config.memory_dim if self.config.history_branch and self.config.memory_read else 0
+        zeros_h = torch.zeros_like(hbar, dtype=torch.float32)
+        ones = torch.ones(n, dtype=torch.float32, device=hbar.device)
+        return Carry(
+            prev_hbar=zeros_h,
+            prev_delta=zeros_h,
+            S=hbar.new_zeros((n, d_m, d_m), dtype=torch.float32),
+            zeta=hbar.new_zeros((n, d_m), dtype=torch.float32),
+            p_hist=ones,
+            m_hist=ones,
+        )
+
+    def path_vector(self, j: int, hbar: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, torch.Tensor]:
+        """x_path_j = [r, q_rem, d, γ, p_hist_{j−1}, m_hist_{j−1}] (eq 4, 6–8); returns (x_path, δ_j).
+
+        j is 1-based among routable blocks. δ_1 = 0; γ_1 = γ_2 = 0.
+        """
+        n = hbar.shape[0]
+        L = self.num_routable
+        if j == 1:
+            delta = torch.zeros_like(hbar)
+        else:
+            delta = hbar - carry.prev_hbar
+        dist = delta.norm(dim=-1)
+        if j > 2:
+            dot = (delta * carry.prev_delta).sum(-1)
+            gamma = dot / (dist * carry.prev_delta.norm(dim=-1) + self.config.eps)
+        else:
+            gamma = torch.zeros(n, dtype=hbar.dtype, device=hbar.device)
+        r = torch.full((n,), j / L, dtype=hbar.dtype, device=hbar.device)
+        q_rem = torch.full((n,), (L - j) / L, dtype=hbar.dtype, device=hbar.device)
+        x_path = torch.stack([r, q_rem, dist, gamma, carry.p_hist, carry.m_hist], dim=-1)
+        return x_path, delta
+
+    def step(self, j: int, hbar: torch.Tensor, carry: Carry, rho: torch.Tensor) -> tuple[Decision, Carry]:
+        """One decision point (eq 4–16) and the memory write (eq 12).
+
+        The last block skips the write: nothing reads it, so ρ of the last routable
+        layer never receives gradient (as in the paper's definition).
+
+        hbar: (N, d) post-attention residual h̄_j; carry: state after block j−1;
+        rho: scalar forget factor ρ_j of this block.
+        """
+        c = self.config
+        with torch.autocast(device_type=hbar.device.type, enabled=False):
+            hbar = hbar.float()
+            x_path, delta = self.path_vector(j, hbar, carry)
+            normed = self.norm(hbar)
+            b = self.local_head(normed).squeeze(-1)
+            if not c.history_branch:
+                a = torch.zeros_like(b)
+                read = hbar.new_zeros((hbar.shape[0], c.memory_dim))
+                nu = torch.zeros_like(b)
+                S, zeta = carry.S, carry.zeta
+            else:
+                z_h = self.content_up(F.silu(self.content_down(normed)))
+                if c.aux_state:
+                    z_a = self.path_encoder(x_path[:, list(c.path_features)])
+                    s = torch.cat([z_h, z_a], dim=-1)
+                else:
+                    s = z_h
+                q, k, v = self.qkv(s).chunk(3, dim=-1)
+                if c.memory_read and j > 1:
+                    read, nu = self.read(s, q, carry)
+                else:
+                    read = s.new_zeros((s.shape[0], c.memory_dim))
+                    nu = s.new_zeros(s.shape[0])
+                a = self.history_head(torch.cat([s, read, nu.unsqueeze(-1)], dim=-1)).squeeze(-1)
+                if c.memory_read and j < self.num_routable:
+                    S, zeta = self.write(carry, k, v, rho)
+                else:
+                    S, zeta = carry.S, carry.zeta
+            p_hist = torch.sigmoid(a / c.T_hist)
+            m_hist = carry.m_hist * p_hist
+            gate = torch.sigmoid(a + b)
+        decision = Decision(gate, a, b, p_hist, m_hist, x_path, read, nu)
+        new_carry = Carry(prev_hbar=hbar, prev_delta=delta, S=S, zeta=zeta, p_hist=p_hist, m_hist=m_hist)
+        return decision, new_carry
+
+    def read(self, s: torch.Tensor, q: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, torch.Tensor]:
+        """c_j = φ(q)ᵀ S_{j−1} / (φ(q)ᵀ ζ_{j−1} + ε) (eq 11) and ν_j = 1 − cos(W_n s, W_c c) (eq 13)."""
+        fq = phi(q)
+        numerator = torch.bmm(fq.unsqueeze(1), carry.S).squeeze(1)
+        denominator = (fq * carry.zeta).sum(-1, keepdim=True) + self.config.eps
+        read = numerator / denominator
+        nu = 1.0 - F.cosine_similarity(self.W_n(s), self.W_c(read), dim=-1, eps=self.config.eps)
+        return read, nu
+
+    def write(self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """S_j = ρ S_{j−1} + φ(k) vᵀ,  ζ_j = ρ ζ_{j−1} + φ(k) (eq 12)."""
+        fk = phi(k)
+        S = rho * carry.S + fk.unsqueeze(-1) * v.unsqueeze(-2)
+        zeta = rho * carry.zeta + fk
+        return S, zeta

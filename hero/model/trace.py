@@ -1,0 +1,57 @@
+"""``routing_trace``: the public window into every routing decision of one forward pass."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from hero.model.attach import routed_blocks
+from hero.model.block import BlockRecord, GateOverride
+
+TRACE_FIELDS = ("h_bar", "x_path", "history_logit", "local_logit", "gate", "p_hist", "m_hist",
+                "memory_read", "nu", "ffn_executed", "h_out", "u", "rho", "layer")
+
+
+@torch.no_grad()
+def routing_trace(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list[dict]:
+    """Run one forward pass and return one record per routable block, in depth order.
+
+    Each record holds tensors shaped (B, T, ...): ``h_bar`` (h̄_j, eq 1), ``x_path``
+    (B, T, 6) (eq 4), ``history_logit`` a_j and ``local_logit`` b_j (eq 14, 16),
+    ``gate`` g_j, ``p_hist``, ``m_hist`` (eq 14–15), ``memory_read`` c_j (eq 11),
+    ``nu`` ν_j (eq 13), ``ffn_executed`` (bool, g ≥ τ), ``u`` (LN_ffn(h̄)), ``h_out``
+    (h_j, eq 3); plus ``rho`` (ρ_j, scalar) and the 0-based backbone ``layer``.
+    """
+    blocks = routed_blocks(model)
+    ctx = blocks[0].context
+    ctx.trace = True
+    try:
+        model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        records = ctx.records
+    finally:
+        ctx.trace = False
+    return [_as_dict(record, block) for record, block in zip(records, blocks)]
+
+
+def _as_dict(record: BlockRecord, block) -> dict:
+    out = dict(record.trace)
+    out.update(gate=record.gate, ffn_executed=record.ffn_executed, layer=record.layer, rho=block.rho.detach())
+    return out
+
+
+def last_records(model: nn.Module) -> list[BlockRecord]:
+    """Gates and executed branches of every routable block in the model's last forward pass."""
+    return routed_blocks(model)[0].context.records
+
+
+@contextmanager
+def forced_routing(model: nn.Module, policy: GateOverride) -> Iterator[None]:
+    """Replace ``gate ≥ τ`` by ``policy(j, gate) -> bool mask`` inside the block (benchmarks, controls)."""
+    ctx = routed_blocks(model)[0].context
+    previous, ctx.override = ctx.override, policy
+    try:
+        yield
+    finally:
+        ctx.override = previous
