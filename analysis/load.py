@@ -1,12 +1,15 @@
 """Find and load every run record (``results.json``) under the given directories.
 
-Each record becomes one row of a polars LazyFrame, with the path it came from.
-Nested fields are flattened to dotted columns (``skip.param_rate``,
-``train.final_loss``, ``bench.decode_ms_per_token.b1_s512``); fields this module does
-not know about are kept the same way, so a newer schema loads without changes.
-The maps keyed by layer (``skip.per_layer_ffn_rate``, ``rho``) become
-``list[struct{layer, value}]`` columns, and the per-token histogram/quantiles list
-columns. The fully resolved ``config`` is not loaded (``config_hash`` identifies it).
+Each record becomes one row of a polars LazyFrame, with the path it came from. The
+records are parsed by polars' JSON reader in one pass; nested fields are flattened
+to dotted columns (``skip.param_rate``, ``train.final_loss``,
+``skip.per_layer_ffn_rate.12``, ``rho.12``, ``bench.decode_ms_per_token.b1_s512``),
+lists stay lists (``skip.per_token.histogram.counts``). Fields this module does not
+know about are kept the same way, so a newer schema loads without changes; a field
+absent from a record is null in its row. The fully resolved ``config`` is dropped
+(``config_hash`` identifies it). If polars cannot combine the records (a corrupt
+file, or one field with incompatible types across records) they are parsed one by
+one instead: corrupt files are listed as unreadable, types are coerced.
 
 Task scores: ``score.<task>`` is ``eval.<task>.<metric>`` for the task's primary
 metric from ``eval_meta.primary_metric`` (HERO_SPEC §7); a task with no primary
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +36,9 @@ RESULTS_FILENAME = "results.json"
 KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set")
 """The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds)."""
 REQUIRED = ("backbone", "method", "variant", "seed")
-LAYER_MAPS = {("skip", "per_layer_ffn_rate"): "per_layer_ffn_rate", ("rho",): "rho"}
-SKIPPED_FIELDS = {"config", "eval", "eval_meta"}
+DROPPED_FIELDS = ("config",)
+LAYER_PREFIXES = {"per_layer_ffn_rate": "skip.per_layer_ffn_rate.", "rho": "rho."}
+"""Per-layer maps, flattened to one column per layer: ``<prefix><layer>``."""
 PRUNED_DIRS = {".hydra", "checkpoints", "wandb", ".git", "__pycache__", ".submitit", ".ipynb_checkpoints"}
 CHECKPOINT_SUFFIXES = (".pt", ".ckpt", ".safetensors")
 PROBLEM_SCHEMA = {"path": pl.String, "kind": pl.String, "reason": pl.String, "backbone": pl.String,
@@ -63,38 +68,42 @@ class Runs:
 
 
 def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """Walk ``paths`` (directories or ``results.json`` files); return (record files, incomplete run dirs + reason)."""
+    """Walk ``paths`` (directories or ``results.json`` files); return (record files, incomplete run dirs + reason).
+
+    A directory holding a ``results.json`` is a finished run and is not searched further.
+    """
     records, incomplete = [], []
     for p in map(Path, paths):
         if not p.exists():
             raise FileNotFoundError(f"no such results directory or file: {p}")
         if p.is_file():
-            records.append(p)
+            records.append(str(p))
             continue
-        stack = [p]
+        stack = [str(p)]
         while stack:
             d = stack.pop()
-            names, subdirs = set(), []
+            finished, signs, subdirs = False, [], []
             with os.scandir(d) as it:
                 for e in it:
-                    names.add(e.name)
-                    if e.is_dir(follow_symlinks=False) and e.name not in PRUNED_DIRS:
-                        subdirs.append(Path(e.path))
-            if RESULTS_FILENAME in names:
-                records.append(d / RESULTS_FILENAME)
-            else:
-                reason = _started_run(d, names)
-                if reason:
-                    incomplete.append((d, reason))
-            stack.extend(sorted(subdirs, reverse=True))
-    return sorted(records), sorted(incomplete)
+                    if e.name == RESULTS_FILENAME:
+                        finished = True
+                    elif e.is_dir(follow_symlinks=False):
+                        if e.name in (".hydra", "checkpoints"):
+                            signs.append(e.name + "/")
+                        elif e.name not in PRUNED_DIRS:
+                            subdirs.append(e.path)
+                    elif e.name.endswith(CHECKPOINT_SUFFIXES):
+                        signs.append(e.name)
+            if finished:
+                records.append(os.path.join(d, RESULTS_FILENAME))
+                continue
+            if signs:
+                incomplete.append((Path(d), _incomplete_reason(Path(d), sorted(signs))))
+            stack.extend(subdirs)
+    return [Path(r) for r in sorted(records)], sorted(incomplete)
 
 
-def _started_run(d: Path, names: set[str]) -> str | None:
-    signs = [n + "/" for n in (".hydra", "checkpoints") if n in names]
-    signs += sorted(n for n in names if n.endswith(CHECKPOINT_SUFFIXES))
-    if not signs:
-        return None
+def _incomplete_reason(d: Path, signs: list[str]) -> str:
     reason = f"no {RESULTS_FILENAME}; has {', '.join(signs)}"
     overrides = d / ".hydra" / "overrides.yaml"
     if overrides.is_file():
@@ -106,106 +115,151 @@ def _started_run(d: Path, names: set[str]) -> str | None:
 def load_runs(paths) -> Runs:
     """Load every record under ``paths`` (see the module docstring for what is kept and listed)."""
     files, incomplete = find_runs(paths)
-    rows, problems, primary, notes = [], [], {}, []
-    seen_hash: dict[str, str] = {}
+    problems = [_problem(d, "incomplete", reason) for d, reason in incomplete]
+    blobs, names = [], []
     for path in files:
         try:
-            with open(path) as f:
-                rec = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            problems.append(_problem(path, "unreadable", f"{type(e).__name__}: {e}", {}))
+            with open(path, "rb") as f:
+                blob = f.read().replace(b"\r", b"").replace(b"\n", b"")
+        except OSError as e:
+            problems.append(_problem(path, "unreadable", f"{type(e).__name__}: {e}"))
             continue
-        if not isinstance(rec, dict):
-            problems.append(_problem(path, "unreadable", "top level is not a JSON object", {}))
+        if not blob.lstrip().startswith(b"{"):
+            problems.append(_problem(path, "unreadable", "not a JSON object"))
             continue
-        status = rec.get("status", "completed")
-        if status != "completed":
-            problems.append(_problem(path, status if status == "failed" else "invalid",
-                                     rec.get("error") or f"status {status!r}", rec))
-            continue
-        missing = [k for k in REQUIRED if rec.get(k) is None]
-        if (rec.get("skip") or {}).get("param_rate") is None:
-            missing.append("skip.param_rate")
-        if not rec.get("eval"):
-            missing.append("eval")
-        if missing:
-            problems.append(_problem(path, "invalid", f"missing {', '.join(missing)}", rec))
-            continue
-        h = rec.get("config_hash")
-        if h is not None and h in seen_hash:
-            problems.append(_problem(path, "duplicate", f"same config_hash {h} as {seen_hash[h]}", rec))
-            continue
-        if h is not None:
-            seen_hash[h] = str(path)
-        row = _flatten_record(rec, path, primary, notes)
-        rows.append(row)
-    problems.extend(_problem(d, "incomplete", reason, {}) for d, reason in incomplete)
-    frame = _frame(rows)
-    return Runs(records=frame.lazy(), problems=pl.DataFrame(problems, schema=PROBLEM_SCHEMA),
-                tasks=dict(sorted(primary.items())), n_found=len(files) + len(incomplete), notes=sorted(set(notes)))
+        blobs.append(blob)
+        names.append(str(path))
+    frame, unreadable = _parse(blobs, names)
+    problems += unreadable
+    tasks, notes = {}, []
+    if frame.height:
+        frame, tasks, notes = _score(frame)
+        frame, listed = _triage(_flatten(frame))
+        problems += listed
+    else:
+        frame = pl.DataFrame(schema={"path": pl.String})
+    frame = _ensure_keys(frame)
+    return Runs(records=frame.lazy(), problems=pl.DataFrame(problems, schema=PROBLEM_SCHEMA).sort("kind", "path"),
+                tasks=tasks, n_found=len(files) + len(incomplete), notes=notes)
 
 
-def _problem(path: Path, kind: str, reason: str, rec: dict) -> dict:
+def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, list[dict]]:
+    """All records as one frame (nested structs), polars' reader first, record by record if that fails."""
+    if not blobs:
+        return pl.DataFrame(), []
+    try:
+        df = pl.read_ndjson(b"\n".join(blobs), infer_schema_length=None)
+        return df.drop([c for c in DROPPED_FIELDS if c in df.columns]).with_columns(path=pl.Series(names)), []
+    except pl.exceptions.PolarsError:
+        pass
+    records, kept, problems = [], [], []
+    for blob, name in zip(blobs, names):
+        try:
+            rec = json.loads(blob)
+        except json.JSONDecodeError as e:
+            problems.append(_problem(name, "unreadable", f"JSONDecodeError: {e}"))
+            continue
+        for field in DROPPED_FIELDS:
+            rec.pop(field, None)
+        records.append(rec)
+        kept.append(name)
+    if not records:
+        return pl.DataFrame(), problems
+    df = pl.from_dicts(records, infer_schema_length=None, strict=False)
+    return df.with_columns(path=pl.Series(kept)), problems
+
+
+def _score(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str], list[str]]:
+    """Add ``score.<task>`` from each task's primary metric; return the frame, task → metric, and notes."""
+    schema = df.schema
+    evals = schema.get("eval")
+    if not isinstance(evals, pl.Struct):
+        return df, {}, []
+    declared = schema.get("eval_meta")
+    declared = {f.name: f.dtype for f in declared.fields} if isinstance(declared, pl.Struct) else {}
+    primary_struct = declared.get("primary_metric")
+    declared_tasks = {f.name for f in primary_struct.fields} if isinstance(primary_struct, pl.Struct) else set()
+    tasks, notes, scores = {}, [], []
+    for task_field in evals.fields:
+        task = task_field.name
+        if not isinstance(task_field.dtype, pl.Struct):
+            continue
+        metrics = [f.name for f in task_field.dtype.fields]
+        names = Counter()
+        if task in declared_tasks:
+            names = Counter(df.get_column("eval_meta").struct.field("primary_metric").struct.field(task).drop_nulls()
+                            .to_list())
+        if len(names) > 1:
+            raise ValueError(f"task {task!r} is scored with different primary metrics across records "
+                             f"({dict(names)}); Retain would compare different metrics")
+        metric = next(iter(names)) if names else (metrics[0] if len(metrics) == 1 else None)
+        if metric is None or metric not in metrics:
+            notes.append(f"task {task!r}: no primary metric in eval_meta and metrics {metrics}; not scored")
+            continue
+        tasks[task] = metric
+        scores.append(pl.col("eval").struct.field(task).struct.field(metric).cast(pl.Float64, strict=False)
+                      .alias(f"score.{task}"))
+    return df.with_columns(scores), dict(sorted(tasks.items())), notes
+
+
+def _flatten(df: pl.DataFrame) -> pl.DataFrame:
+    """Replace every struct column by one column per field, ``<column>.<field>``, recursively."""
+    while True:
+        structs = {c: t for c, t in df.schema.items() if isinstance(t, pl.Struct)}
+        if not structs:
+            return df
+        df = df.with_columns(pl.col(c).struct.field(f.name).alias(f"{c}.{f.name}")
+                             for c, t in structs.items() for f in t.fields).drop(list(structs))
+
+
+def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
+    """Split off failed, invalid and duplicate records (as problem rows); return the completed ones."""
+    df = _ensure_keys(df)
+    status = pl.col("status").fill_null("completed") if "status" in df.columns else pl.lit("completed")
+    error = pl.col("error").cast(pl.String) if "error" in df.columns else pl.lit(None, pl.String)
+    score_cols = [c for c in df.columns if c.startswith("score.")]
+    has_eval = pl.any_horizontal(pl.col(c).is_not_null() for c in score_cols) if score_cols else pl.lit(False)
+    missing = pl.concat_str([pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in (*REQUIRED, "skip.param_rate")]
+                            + [pl.when(~has_eval).then(pl.lit("eval "))], ignore_nulls=True).str.strip_chars()
+    df = df.with_columns(_status=status, _error=error, _missing=missing).sort("path")
+    failed = df.filter(pl.col("_status") != "completed")
+    invalid = df.filter((pl.col("_status") == "completed") & (pl.col("_missing") != ""))
+    good = df.filter((pl.col("_status") == "completed") & (pl.col("_missing") == ""))
+    problems = [_problem(r["path"], "failed" if r["_status"] == "failed" else "invalid",
+                         r["_error"] or f"status {r['_status']!r}", r) for r in failed.iter_rows(named=True)]
+    problems += [_problem(r["path"], "invalid", f"missing {r['_missing']}", r) for r in invalid.iter_rows(named=True)]
+    if "config_hash" in good.columns:
+        first = pl.col("path").first().over("config_hash")
+        dup = good.filter(pl.col("config_hash").is_not_null() & (pl.col("path") != first)).with_columns(first=first)
+        problems += [_problem(r["path"], "duplicate", f"same config_hash {r['config_hash']} as {r['first']}", r)
+                     for r in dup.iter_rows(named=True)]
+        good = good.filter(~pl.col("path").is_in(dup["path"].implode()))
+    return good.drop("_status", "_error", "_missing"), problems
+
+
+def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:
+    casts = {"alpha": pl.Float64, "memory_dim": pl.Int64, "seed": pl.Int64, "skip.param_rate": pl.Float64}
+    missing = [c for c in (*KEYS, "seed", "skip.param_rate") if c not in df.columns]
+    df = df.with_columns(pl.lit(None, dtype=casts.get(c, pl.String)).alias(c) for c in missing)
+    return df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
+                           *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))
+
+
+def layer_values(runs: pl.DataFrame, name: str) -> pl.DataFrame:
+    """A per-layer map (``per_layer_ffn_rate`` or ``rho``) in long form: the run's columns + ``layer``, ``value``."""
+    prefix = LAYER_PREFIXES[name]
+    cols = [c for c in runs.columns if c.startswith(prefix) and c[len(prefix):].lstrip("-").isdigit()]
+    keep = [c for c in (*KEYS, "seed", "path") if c in runs.columns]
+    if not cols:
+        return pl.DataFrame(schema={**{c: runs.schema[c] for c in keep}, "layer": pl.Int64, "value": pl.Float64})
+    return (runs.select(*keep, *cols).unpivot(index=keep, on=cols, variable_name="layer", value_name="value")
+            .drop_nulls("value").with_columns(pl.col("layer").str.slice(len(prefix)).cast(pl.Int64),
+                                              pl.col("value").cast(pl.Float64)))
+
+
+def _problem(path, kind: str, reason: str, rec: dict | None = None) -> dict:
+    rec = rec or {}
     out = {"path": str(path), "kind": kind, "reason": " ".join(str(reason).split())}
     for k in ("backbone", "method", "variant", "alpha", "seed"):
         out[k] = rec.get(k)
     return out
-
-
-def _flatten_record(rec: dict, path: Path, primary: dict[str, str], notes: list[str]) -> dict:
-    row = {"path": str(path), "run_dir": str(path.parent)}
-    _flatten(rec, (), row)
-    declared = (rec.get("eval_meta") or {}).get("primary_metric") or {}
-    for task, metrics in rec["eval"].items():
-        if not isinstance(metrics, dict):
-            continue
-        for metric, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                row[f"eval.{task}.{metric}"] = float(value)
-        metric = declared.get(task) or (next(iter(metrics)) if len(metrics) == 1 else None)
-        if metric is None:
-            notes.append(f"task {task!r} has no primary metric in eval_meta and several metrics; not scored")
-            continue
-        if primary.setdefault(task, metric) != metric:
-            raise ValueError(f"task {task!r} is scored with {primary[task]!r} in some records and {metric!r} in "
-                             f"{path}; Retain would compare different metrics")
-        value = metrics.get(metric)
-        row[f"score.{task}"] = float(value) if value is not None else None
-    return row
-
-
-def _flatten(obj: dict, prefix: tuple, row: dict) -> None:
-    for key, value in obj.items():
-        here = (*prefix, str(key))
-        if not prefix and key in SKIPPED_FIELDS:
-            continue
-        if here in LAYER_MAPS:
-            if isinstance(value, dict):
-                row[LAYER_MAPS[here]] = sorted(({"layer": int(k), "value": float(v)} for k, v in value.items()),
-                                               key=lambda d: d["layer"])
-        elif here == ("skip", "per_token") and isinstance(value, dict):
-            hist = value.get("histogram") or {}
-            row["per_token_edges"] = [float(v) for v in hist.get("edges", [])] or None
-            row["per_token_counts"] = [float(v) for v in hist.get("counts", [])] or None
-            row["per_token_quantiles"] = sorted(({"q": float(k), "value": float(v)} for k, v in
-                                                 (value.get("quantiles") or {}).items()), key=lambda d: d["q"]) or None
-        elif isinstance(value, dict):
-            _flatten(value, here, row)
-        elif value is not None:
-            row[".".join(here)] = value
-
-
-def _frame(rows: list[dict]) -> pl.DataFrame:
-    if rows:
-        try:
-            df = pl.from_dicts(rows, infer_schema_length=None)
-        except (pl.exceptions.PolarsError, TypeError, ValueError):
-            df = pl.from_dicts(rows, infer_schema_length=None, strict=False)
-    else:
-        df = pl.DataFrame({"path": [], "run_dir": []}, schema={"path": pl.String, "run_dir": pl.String})
-    casts = {"alpha": pl.Float64, "memory_dim": pl.Int64, "seed": pl.Int64, "skip.param_rate": pl.Float64}
-    for col in (*KEYS, "seed", "skip.param_rate"):
-        if col not in df.columns:
-            df = df.with_columns(pl.lit(None, dtype=casts.get(col, pl.String)).alias(col))
-    return df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
-                           *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))

@@ -18,9 +18,10 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analysis.curves import CURVE_KEYS, curves  # noqa: E402
-from analysis.load import KEYS  # noqa: E402
+from analysis.load import KEYS, layer_values  # noqa: E402
 
 DPI = 120
+EDGES, COUNTS = "skip.per_token.histogram.edges", "skip.per_token.histogram.counts"
 
 
 def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path) -> Path | None:
@@ -69,7 +70,7 @@ def quality_latency(latency: pl.DataFrame, metric: str, label: str, path: Path) 
 def ffn_usage_heatmap(runs: pl.DataFrame, path: Path) -> Path | None:
     """Rows: groups; columns: routable layers; colour: fraction of tokens executing the FFN (seed mean)."""
     long = _layer_long(runs, "per_layer_ffn_rate")
-    if long is None:
+    if long.height == 0:
         return None
     wide = long.pivot(on="layer", index="group", values="value", sort_columns=True, maintain_order=True)
     layers = wide.columns[1:]
@@ -85,17 +86,20 @@ def ffn_usage_heatmap(runs: pl.DataFrame, path: Path) -> Path | None:
 
 def rho_per_layer(runs: pl.DataFrame, path: Path) -> Path | None:
     """Learned forget factor ρ per layer, seed mean ± std, one panel per curve (lines per α)."""
-    return _per_curve_panels(runs, "rho", "learned ρ", path, _rho_panel)
+    have = layer_values(runs, "rho")["path"].unique()
+    return _per_curve_panels(runs.filter(pl.col("path").is_in(have.implode())), "learned ρ", path, _rho_panel)
 
 
 def per_token_skip(runs: pl.DataFrame, path: Path) -> Path | None:
     """Distribution over tokens of the per-token skip rate (histograms averaged over seeds), lines per α."""
-    return _per_curve_panels(runs, "per_token_counts", "share of tokens", path, _token_panel)
+    if COUNTS not in runs.columns or EDGES not in runs.columns:
+        return None
+    have = runs.filter(pl.col(COUNTS).list.len().fill_null(0) > 0)
+    return _per_curve_panels(have, "share of tokens", path, _token_panel)
 
 
 def _rho_panel(ax, part: pl.DataFrame) -> None:
-    long = (part.select(*KEYS, "seed", pl.col("rho")).explode("rho").drop_nulls("rho").unnest("rho")
-            .group_by("alpha", "layer").agg(pl.col("value").mean().alias("m"), pl.col("value").std().alias("s"))
+    long = (layer_values(part, "rho").group_by("alpha", "layer").agg(pl.col("value").mean().alias("m"), pl.col("value").std().alias("s"))
             .sort("alpha", "layer"))
     for (alpha,), g in long.group_by("alpha", maintain_order=True):
         ax.errorbar(g["layer"], g["m"], yerr=g["s"].fill_null(0), fmt="o-", ms=3, capsize=2, label=f"α={alpha:g}")
@@ -103,19 +107,16 @@ def _rho_panel(ax, part: pl.DataFrame) -> None:
 
 
 def _token_panel(ax, part: pl.DataFrame) -> None:
-    for (alpha,), g in part.drop_nulls("per_token_counts").group_by("alpha", maintain_order=True):
-        edges = np.asarray(g["per_token_edges"][0])
-        same = [np.asarray(c) for c, e in zip(g["per_token_counts"], g["per_token_edges"])
-                if len(c) == len(edges) - 1 and np.allclose(e, edges)]
+    for (alpha,), g in part.group_by("alpha", maintain_order=True):
+        edges = np.asarray(g[EDGES][0], dtype=float)
+        same = [np.asarray(c, dtype=float) for c, e in zip(g[COUNTS], g[EDGES])
+                if len(c) == len(edges) - 1 and len(e) == len(edges) and np.allclose(e, edges)]
         share = np.mean([c / c.sum() for c in same if c.sum() > 0], axis=0)
         ax.stairs(share, edges * 100.0, label=f"α={alpha:g} ({len(same)} seeds)")
     ax.set_xlabel("per-token parameter skip (%)")
 
 
-def _per_curve_panels(runs: pl.DataFrame, column: str, ylabel: str, path: Path, draw) -> Path | None:
-    if column not in runs.columns:
-        return None
-    have = runs.filter(pl.col(column).is_not_null() & (pl.col(column).list.len() > 0))
+def _per_curve_panels(have: pl.DataFrame, ylabel: str, path: Path, draw) -> Path | None:
     if have.height == 0:
         return None
     panels = have.select(CURVE_KEYS).unique().sort(list(CURVE_KEYS), nulls_last=True).to_dicts()
@@ -135,13 +136,9 @@ def _per_curve_panels(runs: pl.DataFrame, column: str, ylabel: str, path: Path, 
     return _save(fig, path)
 
 
-def _layer_long(runs: pl.DataFrame, column: str) -> pl.DataFrame | None:
-    if column not in runs.columns:
-        return None
-    long = (runs.select(*KEYS, pl.col(column)).explode(column).drop_nulls(column).unnest(column)
-            .group_by(*KEYS, "layer").agg(pl.col("value").mean()).sort(*KEYS, "layer", nulls_last=True))
-    if long.height == 0:
-        return None
+def _layer_long(runs: pl.DataFrame, name: str) -> pl.DataFrame:
+    long = (layer_values(runs, name).group_by(*KEYS, "layer").agg(pl.col("value").mean())
+            .sort(*KEYS, "layer", nulls_last=True))
     label = pl.format("{} {}/{} α={} d_m={} {}", *(pl.col(k).cast(pl.String) for k in KEYS))
     return long.select(label.alias("group"), pl.col("layer").cast(pl.String), "value")
 

@@ -24,6 +24,7 @@ import polars as pl
 from IPython.display import Image, display
 
 from analysis import KEYS, load_runs, summarize
+from analysis.load import layer_values
 from analysis.execute import figure_dir, results_dirs
 from analysis.plots import ffn_usage_heatmap, per_token_skip, rho_per_layer
 
@@ -60,6 +61,5 @@ display(Image(path)) if path else print("no learned ρ in these records")
 by_type = [c for c in hero.columns if c.startswith("skip.by_token_type.")]
 if by_type:
     display(summarize(hero, by_type).select(*KEYS, "n", *(f"{c}.mean" for c in by_type)))
-usage = (hero.select(pl.col("per_layer_ffn_rate")).explode("per_layer_ffn_rate").drop_nulls().unnest("per_layer_ffn_rate")
-         .group_by("layer").agg(pl.col("value").mean().alias("ffn_usage")).sort("ffn_usage"))
+usage = (layer_values(hero, "per_layer_ffn_rate").group_by("layer").agg(pl.col("value").mean().alias("ffn_usage")).sort("ffn_usage"))
 print("layers by mean FFN usage (lowest = skipped most):", usage.to_dicts())

@@ -1,0 +1,84 @@
+"""Benchmark: how long the report takes on many records (``python -m analysis.bench``).
+
+Writes ``--records`` synthetic records (the unit-test generator
+``tests/fixtures/make_records.py``, so this needs the source checkout) spread over
+backbones and seeds, plus one failed and one incomplete run, then times in this
+process: loading every record, and the whole report without plots (Tables 1–4 in
+Markdown/CSV/LaTeX, group statistics, curves, matched-skip comparisons, areas,
+summary). The target is all tables from 10,000 records in ≤ 3 s. Plots are timed
+separately with ``--plots``. Record generation is not timed.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from analysis.load import load_runs
+from analysis.report import build_parser, run_report
+
+GENERATOR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "make_records.py"
+RUNS_PER_SEED = 21
+
+
+def _generator():
+    if not GENERATOR.is_file():
+        raise SystemExit(f"the benchmark needs the synthetic record generator at {GENERATOR} (a source checkout)")
+    spec = importlib.util.spec_from_file_location("make_records", GENERATOR)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_records(root: Path, n: int, backbones: int) -> int:
+    """Write exactly ``n`` completed records (plus one failed and one incomplete run) under ``root``."""
+    gen = _generator()
+    seeds = range(42, 42 + math.ceil(n / (RUNS_PER_SEED * backbones)))
+    specs = gen.default_grid(seeds, tuple(f"bench{i}" for i in range(backbones)))[:n]
+    for spec in specs:
+        gen.write_run(root, spec)
+    gen.write_run(root, gen.failed_run())
+    gen.write_incomplete(root)
+    return len(specs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m analysis.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=10_000, help="completed records to generate (default: 10000)")
+    p.add_argument("--backbones", type=int, default=8, help="backbones to spread them over (default: 8)")
+    p.add_argument("--dir", type=Path, help="reuse/keep the records here instead of a temporary directory")
+    p.add_argument("--plots", action="store_true", help="also time the plots")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hero_bench_") as tmp:
+        root = args.dir or Path(tmp) / "records"
+        if not (root.exists() and any(root.iterdir())):
+            t = time.perf_counter()
+            n = write_records(root, args.records, args.backbones)
+            print(f"generated {n} records under {root} in {time.perf_counter() - t:.1f} s (not timed)")
+        t = time.perf_counter()
+        runs = load_runs([root])
+        counts = runs.counts()
+        t_load = time.perf_counter() - t
+        report_args = build_parser().parse_args([str(root), "--out", str(Path(tmp) / "report"), "--no-plots"])
+        t = time.perf_counter()
+        summary = run_report(report_args)
+        t_report = time.perf_counter() - t
+        print(f"records: {counts}")
+        print(f"load only: {t_load:.2f} s")
+        print(f"all tables (load + Tables 1-4 + groups + curves + matched skip + summary, no plots): {t_report:.2f} s "
+              f"for {counts['completed']} records -> {'PASS' if t_report <= 3.0 else 'FAIL'} (target <= 3 s); "
+              f"{len(summary['files'])} files")
+        if args.plots:
+            report_args = build_parser().parse_args([str(root), "--out", str(Path(tmp) / "report_plots")])
+            t = time.perf_counter()
+            run_report(report_args)
+            print(f"with plots: {time.perf_counter() - t:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
