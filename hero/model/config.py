@@ -5,8 +5,10 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from hero.errors import ConfigError
 
-class HeRoConfigError(ValueError):
+
+class HeRoConfigError(ConfigError):
     """A router option has a value HeRo cannot run with."""
 
 

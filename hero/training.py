@@ -1,0 +1,264 @@
+"""The training loop: AdamW on the trainable tensors only, loss = L_LM + α·L_skip (eq 17).
+
+Plain PyTorch: seeded data order, gradient accumulation to the global batch,
+linear warm-up, grad-clip, optional bf16 autocast and gradient checkpointing,
+periodic checkpoints (trainable tensors + optimizer + scheduler + RNG + data
+position) and exact resume from the latest one. Under ``torch.distributed`` each
+rank takes its share of every global batch and the gradients of the trainable
+tensors are averaged across ranks; rank 0 writes checkpoints.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from hero.errors import ConfigError
+from hero.data import SFTDataset, collate
+from hero.model import last_records
+from hero.objectives import SkipMeter, prediction_positions, skip_loss
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCHEDULES = ("linear", "cosine", "constant")
+
+
+class TrainingConfigError(ConfigError):
+    """A trainer option has a value the loop cannot run with."""
+
+
+@dataclass
+class TrainSummary:
+    steps: int
+    tokens: int
+    final_loss: float
+    final_lm_loss: float
+    final_skip_loss: float
+    train_param_skip: float  # realized parameter skip rate of the last update's batch
+    history: list[dict] = field(default_factory=list)
+
+    def as_record(self) -> dict:
+        return {"steps": self.steps, "tokens": self.tokens, "final_loss": self.final_loss,
+                "final_lm_loss": self.final_lm_loss, "final_skip_loss": self.final_skip_loss,
+                "train_param_skip": self.train_param_skip}
+
+
+def check_config(tcfg) -> None:
+    """Validate trainer options before any compute."""
+    for name in ("global_batch", "micro_batch", "checkpoint_every", "keep_checkpoints", "log_every"):
+        value = tcfg[name]
+        if not isinstance(value, int) or value <= 0:
+            raise TrainingConfigError(f"trainer.{name}={value!r}: must be a positive integer")
+    if tcfg.max_steps is not None and (not isinstance(tcfg.max_steps, int) or tcfg.max_steps <= 0):
+        raise TrainingConfigError(f"trainer.max_steps={tcfg.max_steps!r}: must be a positive integer or null")
+    if tcfg.global_batch % tcfg.micro_batch:
+        raise TrainingConfigError(f"trainer.global_batch={tcfg.global_batch} is not a multiple of trainer.micro_batch={tcfg.micro_batch}")
+    if not tcfg.lr > 0:
+        raise TrainingConfigError(f"trainer.lr={tcfg.lr!r}: must be positive")
+    if not 0 <= tcfg.warmup_frac < 1:
+        raise TrainingConfigError(f"trainer.warmup_frac={tcfg.warmup_frac!r}: must lie in [0, 1)")
+    if tcfg.precision not in PRECISIONS:
+        raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
+    if tcfg.schedule not in SCHEDULES:
+        raise TrainingConfigError(f"trainer.schedule={tcfg.schedule!r}: allowed values are {', '.join(SCHEDULES)}")
+
+
+def world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def total_updates(tcfg, num_samples: int) -> int:
+    if tcfg.max_steps:
+        return int(tcfg.max_steps)
+    return max(1, math.ceil(num_samples * tcfg.epochs / tcfg.global_batch))
+
+
+def lr_lambda(total: int, warmup_frac: float, schedule: str) -> Callable[[int], float]:
+    """Linear warm-up over the first ``warmup_frac`` of updates (HERO_SPEC §6), then the schedule."""
+    warmup = math.ceil(warmup_frac * total)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = (step - warmup) / max(1, total - warmup)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return max(0.0, 1.0 - progress)
+
+    return factor
+
+
+def sample_order(num_samples: int, updates: int, global_batch: int, seed: int) -> list[int]:
+    """The seeded sequence of sample indices for the whole run (one permutation per epoch)."""
+    needed = updates * global_batch
+    gen = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    while len(order) < needed:
+        order.extend(torch.randperm(num_samples, generator=gen).tolist())
+    return order[:needed]
+
+
+def autocast_context(precision: str, device: torch.device):
+    if precision == "fp32":
+        return torch.autocast(device_type=device.type, enabled=False)
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+
+
+def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, checkpoint_dir: str | Path,
+        on_log: Callable[[dict], None] | None = None, routed: bool = True) -> TrainSummary:
+    """Train the trainable tensors of ``model``; resumes from ``checkpoint_dir`` if it holds a checkpoint."""
+    rank, world_size = world()
+    device = next(model.parameters()).device
+    params = [p for p in model.parameters() if p.requires_grad]
+    named = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    if not params:
+        raise TrainingConfigError("the model has no trainable parameters")
+    per_rank = tcfg.global_batch // world_size
+    if tcfg.global_batch % (world_size * tcfg.micro_batch):
+        raise TrainingConfigError(f"trainer.global_batch={tcfg.global_batch} is not divisible by "
+                                  f"world size {world_size} × trainer.micro_batch={tcfg.micro_batch}")
+    accum = per_rank // tcfg.micro_batch
+    updates = total_updates(tcfg, len(dataset))
+    order = sample_order(len(dataset), updates, tcfg.global_batch, seed)
+    optimizer = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(updates, tcfg.warmup_frac, tcfg.schedule))
+    if tcfg.gradient_checkpointing:
+        model.activation_checkpointing_enable()
+    checkpoint_dir = Path(checkpoint_dir)
+    start_step, tokens = load_latest(checkpoint_dir, named, optimizer, scheduler)
+    pad_id = dataset.tokenizer.pad_token_id
+    model.train()
+    history: list[dict] = []
+    last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
+    bar = tqdm(range(start_step, updates), initial=start_step, total=updates, disable=not tcfg.progress or rank != 0,
+               desc="train", dynamic_ncols=True)
+    for step in bar:
+        batch_start = step * tcfg.global_batch + rank * per_rank
+        sums = {"loss": 0.0, "lm_loss": 0.0, "skip_loss": 0.0}
+        step_meter = SkipMeter(model) if routed else None
+        for micro in range(accum):
+            lo = batch_start + micro * tcfg.micro_batch
+            batch = collate([dataset[i] for i in order[lo: lo + tcfg.micro_batch]], pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with autocast_context(tcfg.precision, device):
+                out = model(**batch, use_cache=False)
+                lm_loss = out.loss.float()
+                if routed:
+                    records = last_records(model)
+                    l_skip = skip_loss([r.gate for r in records], prediction_positions(batch["attention_mask"]))
+                else:
+                    l_skip = torch.zeros((), device=device)
+                loss = lm_loss + alpha * l_skip
+            (loss / accum).backward()
+            if routed:
+                step_meter.update(records, batch["attention_mask"])
+            tokens += int(batch["attention_mask"].sum()) * world_size
+            for key, value in (("loss", loss), ("lm_loss", lm_loss), ("skip_loss", l_skip)):
+                sums[key] += float(value.detach()) / accum
+        if world_size > 1:
+            average_gradients(params, world_size)
+            sums = {k: all_mean(v, device) for k, v in sums.items()}
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip))
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        metrics = {"step": step + 1, **sums, "param_skip": step_meter.param_rate if routed else 0.0,
+                   "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+        last = metrics
+        history.append(metrics)
+        bar.set_postfix(loss=f"{sums['loss']:.3f}", lm=f"{sums['lm_loss']:.3f}", skip=f"{sums['skip_loss']:.2f}",
+                        **({"p_skip": f"{metrics['param_skip']:.1%}"} if routed else {}))
+        if on_log and rank == 0 and ((step + 1) % tcfg.log_every == 0 or step + 1 == updates):
+            on_log(metrics)
+        if (step + 1) % tcfg.checkpoint_every == 0 and step + 1 < updates and rank == 0:
+            save_checkpoint(checkpoint_dir, step + 1, tokens, named, optimizer, scheduler, tcfg.keep_checkpoints)
+    model.eval()
+    return TrainSummary(steps=updates, tokens=tokens, final_loss=last["loss"], final_lm_loss=last["lm_loss"],
+                        final_skip_loss=last["skip_loss"], train_param_skip=last["param_skip"],
+                        history=history)
+
+
+def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
+    """All-reduce the gradients of the trainable tensors (the frozen backbone has none)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad.div_(world_size)
+
+
+def all_mean(value: float, device: torch.device) -> float:
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return float(t) / dist.get_world_size()
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def save_checkpoint(directory: Path, step: int, tokens: int, named: dict[str, torch.Tensor], optimizer, scheduler, keep: int) -> Path:
+    """Write ``step-<n>.pt`` atomically (temp file + rename), keep the newest ``keep``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "step": step,
+        "tokens": tokens,
+        "trainable": {n: p.detach().cpu() for n, p in named.items()},
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": rng_state(),
+    }
+    path = directory / f"step-{step:08d}.pt"
+    tmp = directory / f".{path.name}.tmp-{os.getpid()}"
+    torch.save(payload, tmp)
+    os.replace(tmp, path)
+    for old in sorted(directory.glob("step-*.pt"))[:-keep]:
+        old.unlink()
+    return path
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    found = sorted(directory.glob("step-*.pt")) if directory.is_dir() else []
+    return found[-1] if found else None
+
+
+def load_latest(directory: Path, named: dict[str, torch.Tensor], optimizer, scheduler) -> tuple[int, int]:
+    """Restore the newest checkpoint in ``directory``; returns (step to continue from, tokens seen)."""
+    path = latest_checkpoint(directory)
+    if path is None:
+        return 0, 0
+    payload = torch.load(path, map_location="cpu", weights_only=False)
+    if set(payload["trainable"]) != set(named):
+        raise TrainingConfigError(f"checkpoint {path} holds different trainable tensors than this model; "
+                                  "delete it or change paths.root")
+    with torch.no_grad():
+        for name, tensor in payload["trainable"].items():
+            named[name].copy_(tensor)
+    optimizer.load_state_dict(payload["optimizer"])
+    scheduler.load_state_dict(payload["scheduler"])
+    set_rng_state(payload["rng"])
+    print(f"resumed from {path} (step {payload['step']})", flush=True)
+    return int(payload["step"]), int(payload["tokens"])
+
+
+def remove_checkpoints(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
