@@ -1,0 +1,107 @@
+"""Issue 9: the router's own overhead — routed forward with every FFN executed vs the plain backbone.
+
+    python -m hero.bench.overhead                    # defaults below, prints the figures
+    python -m hero.bench.overhead --seq 2048 --repeats 15 --json out.json
+
+A random Llama (hidden 512, 8 layers, intermediate 1376, second half routable) is
+built once; the dense model is an untouched deep copy. The routed model runs under
+a forced policy that executes the FFN for every token, so routed and dense compute
+the same backbone FLOPs and the difference is the router (state encoder, depth
+memory, both heads, path features) plus the routed block's bookkeeping. Timings are
+interleaved (dense, routed, dense, ...) after warm-up; the figure is the median.
+Goal (issue 9): routed / dense ≤ 1.10.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+
+import torch
+
+from hero.bench.timing import interleaved, summary
+
+GOAL = 1.10
+
+
+def build_models(hidden: int = 512, layers: int = 8, intermediate: int = 1376, heads: int = 8, kv_heads: int = 8,
+                 vocab: int = 4096, layer_set: str = "second_half", seed: int = 0, dtype: torch.dtype = torch.float32,
+                 device: str = "cpu"):
+    """(dense, routed) random Llama pair with identical backbone weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import hero
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=8192)
+    dense = LlamaForCausalLM(cfg).to(device=device, dtype=dtype).eval()
+    routed = hero.attach(copy.deepcopy(dense), layer_set).eval()
+    routed.hero_router.to(torch.float32)  # the router runs in fp32 whatever the backbone dtype
+    return dense, routed
+
+
+def all_ffn(j: int, gate: torch.Tensor) -> torch.Tensor:
+    return torch.ones_like(gate, dtype=torch.bool)
+
+
+def measure(dense, routed, batch: int, seq: int, repeats: int, warmup: int = 2, seed: int = 0) -> dict:
+    import hero
+
+    device = next(dense.parameters()).device
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, dense.config.vocab_size, (batch, seq), generator=gen).to(device)
+
+    def run(model):
+        def fn():
+            with torch.inference_mode():
+                model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        return fn
+
+    with hero.forced_routing(routed, all_ffn):
+        times = interleaved({"dense": run(dense), "routed": run(routed)}, device, repeats=repeats, warmup=warmup)
+        executed = torch.stack([r.ffn_executed for r in hero.last_records(routed)])
+    assert bool(executed.all()), "forced policy did not execute every FFN"
+    d, r = summary(times["dense"]), summary(times["routed"])
+    return {"batch": batch, "seq": seq, "dense": d, "routed": r, "ratio": r["median_s"] / d["median_s"],
+            "ratio_min": r["min_s"] / d["min_s"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--intermediate", type=int, default=1376)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--shapes", default="1x512,4x128,1x2048", help="comma-separated BATCHxSEQ")
+    p.add_argument("--repeats", type=int, default=11)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dense, routed = build_models(args.hidden, args.layers, args.intermediate, args.heads, args.heads, args.vocab)
+    print(f"router overhead, random Llama hidden={args.hidden} layers={args.layers} intermediate={args.intermediate} "
+          f"routable={routed.hero_layers}, CPU threads={torch.get_num_threads()}, every FFN executed; "
+          f"median of {args.repeats} interleaved repeats")
+    rows = []
+    for shape in args.shapes.split(","):
+        b, t = (int(x) for x in shape.lower().split("x"))
+        row = measure(dense, routed, b, t, args.repeats, args.warmup)
+        rows.append(row)
+        status = "ok" if row["ratio"] <= GOAL else f"ABOVE goal {GOAL}"
+        print(f"  batch {b:>2} seq {t:>5}: dense {row['dense']['median_s'] * 1e3:8.2f} ms  routed "
+              f"{row['routed']['median_s'] * 1e3:8.2f} ms  ratio {row['ratio']:.3f} (min/min {row['ratio_min']:.3f})  {status}")
+        sys.stdout.flush()
+    if args.json:
+        from hero.results import write_atomic
+
+        write_atomic(args.json, {"goal": GOAL, "args": vars(args), "rows": rows})
+    return 0 if all(r["ratio"] <= GOAL for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
