@@ -229,8 +229,8 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
                          r["_error"] or f"status {r['_status']!r}", r) for r in failed.iter_rows(named=True)]
     problems += [_problem(r["path"], "invalid", f"missing {r['_missing']}", r) for r in invalid.iter_rows(named=True)]
     if "config_hash" in good.columns:
-        first = pl.col("path").first().over("config_hash")
-        dup = good.filter(pl.col("config_hash").is_not_null() & (pl.col("path") != first)).with_columns(first=first)
+        dup = (good.with_columns(first=pl.col("path").first().over("config_hash"))
+               .filter(pl.col("config_hash").is_not_null() & (pl.col("path") != pl.col("first"))))
         problems += [_problem(r["path"], "duplicate", f"same config_hash {r['config_hash']} as {r['first']}", r)
                      for r in dup.iter_rows(named=True)]
         good = good.filter(~pl.col("path").is_in(dup["path"].implode()))

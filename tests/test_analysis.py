@@ -1,0 +1,324 @@
+"""Tests of the analysis package on SYNTHETIC records from tests/fixtures/make_records.py."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analysis import (BaselineError, build_table, curves, load_runs, matched_skip, monotone_fit, paired_differences,
+                      paper_tables, reference_curves, resolve_baselines, summarize, t_quantile, with_retain)
+from analysis.curves import Curve, area_between
+from analysis.report import main as report_main
+from fixtures.make_records import RunSpec, make_record, write_fixture_set, write_run
+
+TASKS = "arc_easy (acc), boolq (acc), hellaswag (acc_norm)"
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    root = tmp_path_factory.mktemp("records")
+    write_fixture_set(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(records):
+    return load_runs([records])
+
+
+@pytest.fixture(scope="module")
+def report(records, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    assert report_main([str(records), "--out", str(out)]) == 0
+    return out
+
+
+def test_results_filename_matches_the_schema():
+    from hero.results import RESULTS_FILENAME
+    from analysis.load import RESULTS_FILENAME as ANALYSIS_FILENAME
+
+    assert ANALYSIS_FILENAME == RESULTS_FILENAME
+
+
+# --- loading --------------------------------------------------------------------------------------------------------
+
+def test_loader_counts_and_lists_failed_and_incomplete_runs(runs, records):
+    assert runs.counts() == {"found": 65, "completed": 63, "failed": 1, "incomplete": 1}
+    problems = {r["kind"]: r for r in runs.problems.to_dicts()}
+    assert problems["failed"]["reason"] == "RuntimeError: loss is NaN at step 7"
+    assert problems["failed"]["variant"] == "no_memory_read" and problems["failed"]["seed"] == 42
+    assert problems["incomplete"]["path"].endswith("_s45")
+    assert "has .hydra/, checkpoints/" in problems["incomplete"]["reason"]
+    assert "seed=45" in problems["incomplete"]["reason"]
+    frame = runs.records.collect()
+    assert frame["path"].str.starts_with(str(records)).all()
+    assert runs.tasks == {"arc_easy": "acc", "boolq": "acc", "hellaswag": "acc_norm"}
+
+
+def test_primary_metric_is_used_not_another_metric(runs):
+    frame = runs.records.collect()
+    assert (frame["score.hellaswag"] == frame["eval.hellaswag.acc_norm"]).all()
+    assert (frame["score.hellaswag"] != frame["eval.hellaswag.acc"]).all()
+
+
+def test_loader_tolerates_missing_optional_and_added_fields(tmp_path):
+    full = RunSpec(scores={"arc_easy": 0.5}, skip=0.2, bench={"decode_ms_per_token": {"b1_s64": 3.0}},
+                   extra={"retain": {"value": 99.0, "baseline": "dense"}, "wandb": {"run_id": "x", "mode": "offline"},
+                          "a_field_from_the_future": {"nested": [1, 2]}})
+    bare = RunSpec(scores={"arc_easy": 0.4}, skip=0.1, seed=43, extra={"eval_meta": {}})
+    write_run(tmp_path, full)
+    write_run(tmp_path, bare)
+    runs = load_runs([tmp_path])
+    frame = runs.records.collect().sort("seed")
+    assert runs.counts() == {"found": 2, "completed": 2}
+    assert frame["score.arc_easy"].to_list() == [0.5, 0.4]  # single metric, no primary declared: that metric
+    assert frame["retain.value"].to_list() == [99.0, None]
+    assert frame["bench.decode_ms_per_token.b1_s64"].to_list() == [3.0, None]
+    assert frame["a_field_from_the_future.nested"].to_list()[0] == [1, 2]
+
+
+def test_unreadable_invalid_and_duplicate_records_are_listed(tmp_path):
+    good = RunSpec(scores={"arc_easy": 0.5}, skip=0.2)
+    path = write_run(tmp_path / "local", good)
+    shutil.copytree(path.parent, tmp_path / "cluster_copy" / path.parent.name)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text('{"status": "completed", "seed": ')
+    no_seed = make_record(RunSpec(scores={"arc_easy": 0.5}, skip=0.2, seed=7))
+    del no_seed["seed"]
+    (tmp_path / "noseed").mkdir()
+    (tmp_path / "noseed" / "results.json").write_text(json.dumps(no_seed))
+    runs = load_runs([tmp_path])
+    kinds = dict(runs.problems.select("kind", "path").iter_rows())
+    assert runs.counts()["completed"] == 1
+    assert set(kinds) == {"duplicate", "unreadable", "invalid"}
+    assert "broken" in kinds["unreadable"] and "noseed" in kinds["invalid"]
+    kept = runs.records.collect()["path"][0]
+    duplicate = runs.problems.filter(pl.col("kind") == "duplicate").row(0, named=True)
+    assert {"local", "cluster_copy"} == {p.split("/")[-3] for p in (kept, duplicate["path"])}
+    assert duplicate["reason"].endswith(f"as {kept}")
+    assert runs.problems.filter(pl.col("kind") == "invalid")["reason"][0] == "missing seed"
+
+
+def test_missing_input_directory_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such results directory"):
+        load_runs([tmp_path / "nope"])
+
+
+# --- statistics -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("df,expected", [(1, 12.706205), (2, 4.302653), (3, 3.182446), (9, 2.262157), (30, 2.042272)])
+def test_t_quantile_matches_tables(df, expected):
+    assert t_quantile(0.95, df) == pytest.approx(expected, abs=1e-5)
+
+
+def test_summarize_mean_std_and_t_interval():
+    runs = pl.DataFrame({"backbone": ["b"] * 3, "method": ["hero"] * 3, "variant": ["full"] * 3, "alpha": [1e-3] * 3,
+                         "memory_dim": [64] * 3, "layer_set": ["all"] * 3, "seed": [1, 2, 3], "x": [1.0, 2.0, 6.0]})
+    row = summarize(runs, ["x"]).row(0, named=True)
+    std = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)
+    assert row["n"] == 3 and row["seeds"] == [1, 2, 3]
+    assert row["x.mean"] == pytest.approx(3.0) and row["x.std"] == pytest.approx(std)
+    assert row["x.ci_hi"] - row["x.mean"] == pytest.approx(4.302653 * std / math.sqrt(3), rel=1e-6)
+
+
+def test_paired_differences_use_shared_seeds_only():
+    keys = {"backbone": "b", "method": "hero", "alpha": 1e-3, "memory_dim": 64, "layer_set": "all"}
+    a = pl.DataFrame([{**keys, "variant": "a", "seed": s, "x": v} for s, v in [(1, 10.0), (2, 12.0), (3, 20.0)]])
+    ref = pl.DataFrame([{**keys, "variant": "ref", "seed": s, "x": v} for s, v in [(2, 11.0), (3, 16.0), (4, 0.0)]])
+    row = paired_differences(a, ref, ["x"]).row(0, named=True)
+    assert row["n"] == 2 and row["seeds"] == [2, 3]
+    assert row["x.mean"] == pytest.approx(2.5)  # (12-11 + 20-16) / 2
+    assert row["x.std"] == pytest.approx(math.sqrt(4.5))
+
+
+# --- Retain ---------------------------------------------------------------------------------------------------------
+
+def _retain_case(tmp_path):
+    """Dense scores (0.8, 0.2); HeRo (0.8, 0.1): mean of ratios 75 %, ratio of means 90 %."""
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8, "boolq": 0.2}, skip=0.0, method="dense", variant="dense",
+                                alpha=0.0))
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8, "boolq": 0.1}, skip=0.25))
+    runs = load_runs([tmp_path])
+    return runs, runs.records.collect()
+
+
+def test_retain_is_the_mean_of_ratios_not_the_ratio_of_means(tmp_path):
+    runs, frame = _retain_case(tmp_path)
+    base = resolve_baselines(frame, "method=dense", "--baseline-table1", runs.tasks)
+    hero = with_retain(frame, base).filter(pl.col("method") == "hero")
+    ratio_of_means = (0.8 + 0.1) / (0.8 + 0.2) * 100
+    assert hero["retain"][0] == pytest.approx(75.0)
+    assert hero["retain"][0] != pytest.approx(ratio_of_means)
+    table = build_table(frame, paper_tables()[0], runs.tasks)
+    assert table.stats.filter(pl.col("method") == "hero")["retain.mean"][0] == pytest.approx(75.0)
+
+
+def test_fixture_retain_differs_from_ratio_of_means(runs):
+    frame = runs.records.collect()
+    base = resolve_baselines(frame, "method=dense", "--curve-baseline", runs.tasks)["tiny"]
+    run = with_retain(frame, {"tiny": base}).filter((pl.col("variant") == "no_aux_state") & (pl.col("seed") == 43)
+                                                    & (pl.col("alpha") == 1e-3)).row(0, named=True)
+    tasks = list(base.scores)
+    mean_of_ratios = 100 * np.mean([run[f"score.{t}"] / base.scores[t] for t in tasks])
+    ratio_of_means = 100 * sum(run[f"score.{t}"] for t in tasks) / sum(base.scores.values())
+    assert run["retain"] == pytest.approx(mean_of_ratios)
+    assert abs(mean_of_ratios - ratio_of_means) > 0.5
+
+
+def test_baseline_group_retains_100_on_average(runs):
+    frame = runs.records.collect()
+    table = build_table(frame, paper_tables()[1], runs.tasks)
+    first = table.stats.row(0, named=True)
+    assert first["alpha"] == 1e-3 and first["retain.mean"] == pytest.approx(100.0)
+    assert first["retain.std"] > 0
+
+
+def test_missing_and_ambiguous_baselines_are_errors(runs):
+    frame = runs.records.collect()
+    with pytest.raises(BaselineError, match=r"--baseline-table2 'alpha=0.002' selects no runs .*available groups: "
+                                            r"hero/full α=0.0001"):
+        build_table(frame, paper_tables(baselines={2: "alpha=0.002"})[1], runs.tasks)
+    with pytest.raises(BaselineError, match="selects 19 groups"):
+        resolve_baselines(frame, "method=hero", "--baseline-table1", runs.tasks)
+    with pytest.raises(BaselineError, match="unknown field 'colour'"):
+        resolve_baselines(frame, "colour=red", "--baseline-table1", runs.tasks)
+
+
+def test_task_set_restriction_and_missing_task(tmp_path):
+    runs, frame = _retain_case(tmp_path)
+    base = resolve_baselines(frame, "method=dense", "--baseline-table1", runs.tasks, tasks=["arc_easy"])
+    assert base["tiny"].tasks == ("arc_easy",)
+    assert with_retain(frame, base).filter(pl.col("method") == "hero")["retain"][0] == pytest.approx(100.0)
+    with pytest.raises(BaselineError, match="has no score for piqa"):
+        resolve_baselines(frame, "method=dense", "--baseline-table1", runs.tasks, tasks=["piqa"])
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.7}, skip=0.3, seed=43))
+    runs = load_runs([tmp_path])
+    table = build_table(runs.records.collect(), paper_tables()[0], runs.tasks)
+    assert table.runs.filter(pl.col("seed") == 43)["retain"][0] is None
+    assert any("_s43" in note and "a task of the set is missing" in note for note in table.notes)
+
+
+# --- curves ---------------------------------------------------------------------------------------------------------
+
+def test_monotone_fit_pools_violators():
+    x, y = monotone_fit([10, 20, 30, 40], [5.0, 6.0, 4.0, 4.5], [1, 1, 1, 1])
+    assert x.tolist() == [10, 20, 30, 40]
+    assert y.tolist() == pytest.approx([5.5, 5.5, 4.25, 4.25])
+    x, y = monotone_fit([10, 10, 20], [4.0, 6.0, 3.0], [1, 3, 1])
+    assert x.tolist() == [10, 20] and y.tolist() == pytest.approx([5.5, 3.0])
+
+
+def _line(variant, xs, intercept):
+    key = {"backbone": "b", "method": "hero", "variant": variant, "memory_dim": 64, "layer_set": "all"}
+    xs = np.asarray(xs, dtype=float)
+    return Curve(key, "retain", xs, intercept - xs, np.ones_like(xs))
+
+
+def test_matched_skip_and_area_between_curves():
+    ref, other = _line("full", [10, 20, 30], 100.0), _line("ablated", [15, 25], 90.0)
+    refs = {"b": ref}
+    matched = matched_skip([ref, other], refs, levels=[12.0, 20.0, 25.0])
+    assert matched["in_range"].to_list() == [False, True, True]
+    assert matched["difference"].to_list() == [None, pytest.approx(-10.0), pytest.approx(-10.0)]
+    area = area_between([ref, other], refs).row(0, named=True)
+    assert (area["skip_lo"], area["skip_hi"]) == (15.0, 25.0)
+    assert area["area"] == pytest.approx(-100.0) and area["mean_gap"] == pytest.approx(-10.0)
+    assert np.isnan(other.at(np.array([30.0]))[0])  # never extrapolated
+
+
+def test_fixture_curves_rank_ablations_below_full_hero(runs):
+    frame = runs.records.collect()
+    scored = with_retain(frame, resolve_baselines(frame, "method=dense", "--curve-baseline", runs.tasks))
+    from analysis import curve_points
+
+    cs = curves(curve_points(scored, ["retain"]), "retain")
+    refs = reference_curves(cs, "method=hero,variant=full,memory_dim=64")
+    gaps = dict(area_between(cs, refs).select("variant", "mean_gap").iter_rows())
+    assert set(gaps) == {"no_position_state", "no_aux_state", "no_history_branch", "no_memory_read"}
+    assert all(g < 0 for g in gaps.values())
+    assert gaps["no_memory_read"] > gaps["no_aux_state"]  # the fixture's slopes: 0.08 vs 0.11
+
+
+# --- report ---------------------------------------------------------------------------------------------------------
+
+EXPECTED_FILES = [f"{stem}.{ext}" for stem in ("table1_main", "table2_alpha_sweep", "table3_ablations",
+                                               "table4_memory_dim") for ext in ("md", "csv", "tex")]
+EXPECTED_FILES += ["table3_ablations_paired.csv", "groups.csv", "curves.csv", "matched_skip.csv", "matched_skip.md",
+                   "curve_areas.csv", "latency.csv", "problems.csv", "problems.md", "summary.json",
+                   "quality_cost.png", "quality_latency.png", "ffn_usage_heatmap.png", "per_token_skip.png",
+                   "rho_per_layer.png"]
+
+
+def test_report_produces_every_table_and_plot(report):
+    for name in EXPECTED_FILES:
+        path = report / name
+        assert path.is_file() and path.stat().st_size > 0, name
+    assert (report / "quality_cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["counts"] == {"found": 65, "completed": 63, "failed": 1, "incomplete": 1}
+    assert all(v for v in summary["plots"].values())
+
+
+@pytest.mark.parametrize("number,selector,group", [
+    (1, "method=dense", "tiny dense/dense α=0 d_m=64 second_half"),
+    (2, "alpha=0.001", "tiny hero/full α=0.001 d_m=64 second_half"),
+    (3, "variant=full", "tiny hero/full α=0.001 d_m=64 second_half"),
+    (4, "memory_dim=64", "tiny hero/full α=0.001 d_m=64 second_half")])
+def test_every_table_output_states_its_baseline_and_task_set(report, number, selector, group):
+    stem = next(p.stem for p in report.glob(f"table{number}_*.md"))
+    md = (report / f"{stem}.md").read_text()
+    assert f"Retain baseline (--baseline-table{number} '{selector}') for tiny: {group}" in md
+    assert f"task set (3): {TASKS}" in md
+    tex = (report / f"{stem}.tex").read_text()
+    assert f"--baseline-table{number} '{selector.replace('_', chr(92) + '_')}'" in tex
+    assert "task set (3): arc\\_easy (acc), boolq (acc), hellaswag (acc\\_norm)" in tex
+    rows = list(csv.DictReader((report / f"{stem}.csv").open()))
+    assert rows and all(r["retain_baseline"] == f"{group} ({selector})" for r in rows)
+    assert all(r["task_set"] == "arc_easy:acc boolq:acc hellaswag:acc_norm" for r in rows)
+    entry = json.loads((report / "summary.json").read_text())["tables"][stem]["baseline"]["tiny"]
+    assert entry["selector"] == selector and entry["task_set"] == {"arc_easy": "acc", "boolq": "acc",
+                                                                   "hellaswag": "acc_norm"}
+
+
+def test_table3_rows_and_paired_differences(report):
+    rows = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations.csv").open())}
+    assert list(rows) == ["full", "no_aux_state", "no_history_branch", "no_memory_read", "no_position_state"]
+    assert float(rows["full"]["retain.mean"]) == pytest.approx(100.0)
+    assert float(rows["no_aux_state"]["skip.mean"]) == pytest.approx(27.0)
+    paired = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations_paired.csv").open())}
+    assert paired["no_aux_state"]["n"] == "3" and float(paired["no_aux_state"]["retain.mean"]) < -5
+
+
+def test_report_lists_the_failed_and_incomplete_runs(report, capsys, records, tmp_path):
+    problems = (report / "problems.md").read_text()
+    assert "| failed |" in problems and "RuntimeError: loss is NaN at step 7" in problems
+    assert "| incomplete |" in problems and "_s45" in problems
+    assert report_main([str(records), "--out", str(tmp_path), "--no-plots", "--tables", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "failed 1" in out and "incomplete 1" in out and "failed: " in out
+
+
+def test_report_missing_baseline_is_a_one_line_error(records, tmp_path, capsys):
+    assert report_main([str(records), "--out", str(tmp_path), "--baseline-table4", "memory_dim=48"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("error: --baseline-table4 'memory_dim=48' selects no runs of backbone 'tiny'")
+    assert "d_m=32" in err and "d_m=256" in err
+
+
+def test_report_pushes_tables_to_wandb_offline(records, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = tmp_path / "out"
+    assert report_main([str(records), "--out", str(out), "--no-plots", "--tables", "3",
+                        "--wandb-project", "hero-analysis-test"]) == 0
+    info = json.loads((out / "summary.json").read_text())["wandb"]
+    assert info["mode"] == "offline"
+    assert list((tmp_path / "wandb").glob(f"offline-run-*-{info['run_id']}"))
