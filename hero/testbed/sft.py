@@ -1,0 +1,66 @@
+"""SFT data of the testbed in the chat ``messages`` format.
+
+The HeRo router is trained on instruction data with the backbone's chat template; on
+the testbed that data is derived from the same three sources as the pretraining
+corpus, so the answers need the same FFN computation:
+
+* fact questions ("Where does X live?") answered with a sentence stating the fact;
+* sums ("What is 23 + 45?") answered with the ``23+45=68`` line;
+* play continuation: a few lines of a play, the next lines as the answer.
+
+Training examples use the training question phrasings, training arithmetic pairs and
+training plays; validation examples use other question phrasings, held-out pairs and
+the held-out plays. Each record is ``{"messages": [{"role": "user", ...},
+{"role": "assistant", ...}]}``.
+"""
+from __future__ import annotations
+
+import random
+
+from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES, TRAIN_TEMPLATES, arith_line
+
+TRAIN_QUESTIONS = {
+    "home": ("Where does {e} live?", "Which town is {e} from?"),
+    "trade": ("What is the trade of {e}?", "What does {e} do for a living?"),
+    "pet": ("What animal does {e} keep?", "Which pet belongs to {e}?"),
+}
+VAL_QUESTIONS = {
+    "home": ("Tell me where {e} lives.",),
+    "trade": ("Name the trade of {e}.",),
+    "pet": ("Name the pet of {e}.",),
+}
+MIX = (("fact", 0.4), ("arith", 0.3), ("continue", 0.3))
+
+
+def play_excerpt(text: str, rng: random.Random, n_context: int = 4, n_answer: int = 2) -> tuple[str, str]:
+    """A random run of ``n_context`` non-empty lines of ``text`` and the ``n_answer`` lines after it."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    i = rng.randrange(len(lines) - n_context - n_answer)
+    return "\n".join(lines[i:i + n_context]), "\n".join(lines[i + n_context:i + n_context + n_answer])
+
+
+def _message(user: str, assistant: str) -> dict:
+    return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+
+
+def make_sft(n: int, entities: list[dict[str, str]], pairs: list[tuple[int, int]], plays: dict[str, str],
+             rng: random.Random, split: str) -> list[dict]:
+    """``n`` chat records for ``split`` ("train" or "val") drawn from the given sources."""
+    questions = TRAIN_QUESTIONS if split == "train" else VAL_QUESTIONS
+    templates = TRAIN_TEMPLATES if split == "train" else HELDOUT_TEMPLATES
+    kinds, weights = zip(*MIX)
+    texts = [plays[k] for k in sorted(plays)]
+    records = []
+    for _ in range(n):
+        kind = rng.choices(kinds, weights)[0]
+        if kind == "fact":
+            e, a = rng.choice(entities), rng.choice(tuple(ATTRIBUTES))
+            records.append(_message(rng.choice(questions[a]).format(e=e["name"]),
+                                    rng.choice(templates[a]).format(e=e["name"], v=e[a])))
+        elif kind == "arith":
+            a, b = rng.choice(pairs)
+            records.append(_message(f"What is {a} + {b}?", arith_line(a, b)))
+        else:
+            context, answer = play_excerpt(rng.choice(texts), rng)
+            records.append(_message(f"Continue the play:\n{context}", answer))
+    return records

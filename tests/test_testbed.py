@@ -1,0 +1,169 @@
+"""Tests of the embedded testbed (hero.testbed).
+
+Fast tests use ``TINY_RECIPE`` built into a temporary cache root (seconds). Tests marked
+``testbed`` use the full cached backbone (built on first use, ~10 min once per machine).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hero.testbed import (CHANCE, RECIPE, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, TOKEN_TYPES, decoder_layers,
+                          drop_routable_ffn, ensure_testbed, evaluate, recipe_hash, retain, token_type_batches,
+                          token_type_losses)
+from hero.testbed.build import build_corpus, build_tokenizer_and_streams
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hero_cache")
+    return root, ensure_testbed(root, TINY_RECIPE)
+
+
+def test_corpus_and_tokenizer_are_deterministic():
+    a_tok, a_streams = build_tokenizer_and_streams(TINY_RECIPE, build_corpus(TINY_RECIPE))
+    b_tok, b_streams = build_tokenizer_and_streams(TINY_RECIPE, build_corpus(TINY_RECIPE))
+    assert a_tok.backend_tokenizer.to_str() == b_tok.backend_tokenizer.to_str()
+    assert a_streams.keys() == b_streams.keys()
+    for name in a_streams:
+        assert torch.equal(a_streams[name], b_streams[name]), name
+
+
+def test_tokenizer_splits_digits_and_has_chat_template(tiny):
+    tok = tiny[1].load_tokenizer()
+    ids = tok("12+345=357", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == list("12+345=357")
+    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
+                                   tokenize=False)
+    assert text == "<|user|>\nHi<|end|>\n<|assistant|>\nYo<|end|>\n"
+
+
+def test_cache_layout_and_files(tiny):
+    root, tb = tiny
+    assert tb.root == root / "testbed" / recipe_hash(TINY_RECIPE)
+    assert (tb.backbone_dir / "config.json").exists() and (tb.backbone_dir / "tokenizer.json").exists()
+    for name in ("sft_train.jsonl", "sft_val.jsonl", "heldout_plays.txt", "token_types.jsonl"):
+        assert (tb.data_dir / name).exists(), name
+    for task in TASKS:
+        assert (tb.data_dir / "tasks" / f"{task}.jsonl").exists(), task
+    for line in open(tb.data_dir / "sft_train.jsonl"):
+        roles = [m["role"] for m in json.loads(line)["messages"]]
+        assert roles == ["user", "assistant"]
+    assert set(TASK_PRIMARY_METRIC) == set(CHANCE) == set(TASKS)
+
+
+def test_recipe_change_triggers_rebuild_and_same_recipe_reuses(tiny):
+    root, tb = tiny
+    stamp = (tb.root / "manifest.json").stat().st_mtime_ns
+    again = ensure_testbed(root, TINY_RECIPE)
+    assert (again.root / "manifest.json").stat().st_mtime_ns == stamp
+    changed = dataclasses.replace(TINY_RECIPE, seed=TINY_RECIPE.seed + 1)
+    other = ensure_testbed(root, changed)
+    assert other.recipe_hash != tb.recipe_hash == recipe_hash(TINY_RECIPE)
+    assert other.root != tb.root and (other.root / "manifest.json").exists()
+    assert other.manifest["recipe"]["seed"] == TINY_RECIPE.seed + 1
+
+
+def test_concurrent_callers_build_once(tmp_path):
+    code = ("import sys; from hero.testbed import ensure_testbed, TINY_RECIPE; "
+            "print('ROOT', ensure_testbed(sys.argv[1], TINY_RECIPE).root)")
+    env = {**os.environ, "PYTHONPATH": REPO}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env=env, cwd=REPO) for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(o.count("[testbed] building") for o in outs) == 1
+    assert len({o.split("ROOT")[-1].strip() for o in outs}) == 1
+
+
+def test_drop_routable_ffn_zeroes_and_restores(tiny):
+    model = tiny[1].load_backbone()
+    layers = decoder_layers(model)
+    original = [layer.mlp for layer in layers]
+    x = torch.randn(1, 3, model.config.hidden_size)
+    with drop_routable_ffn(model) as dropped:
+        n = len(layers)
+        assert all(layers[i].mlp is original[i] for i in range(n // 2))
+        assert all(torch.count_nonzero(dropped.model.layers[i].mlp(x)) == 0 for i in range(n // 2, n))
+    assert all(layer.mlp is mlp for layer, mlp in zip(layers, original))
+
+
+def test_token_type_batches_label_every_type(tiny):
+    tb = tiny[1]
+    tok = tb.load_tokenizer()
+    seen = set()
+    for ids, mask, types in token_type_batches(tb, tok, batch_size=8):
+        assert ids.shape == mask.shape == types.shape and ids.dtype == types.dtype == torch.long
+        assert torch.equal(types < 0, mask == 0)
+        seen |= set(types[types >= 0].tolist())
+    assert seen == set(range(len(TOKEN_TYPES)))
+
+
+def test_evaluate_runs_on_tiny(tiny):
+    tb = tiny[1]
+    scores = evaluate(tb.load_backbone(), tb.load_tokenizer(), tb, batch_size=8)
+    for task, metric in TASK_PRIMARY_METRIC.items():
+        assert 0.0 <= scores[task][metric] <= 1.0
+    assert retain(scores, scores) == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------- full testbed
+@pytest.fixture(scope="module")
+def full():
+    tb = ensure_testbed(recipe=RECIPE)
+    return tb, tb.load_backbone(), tb.load_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def dense_scores(full):
+    tb, model, tok = full
+    return evaluate(model, tok, tb)
+
+
+@pytest.mark.testbed
+def test_backbone_loads_offline_and_reproduces_recorded_scores(full, dense_scores):
+    tb = full[0]
+    code = ("import sys; from transformers import AutoModelForCausalLM, AutoTokenizer; "
+            "AutoModelForCausalLM.from_pretrained(sys.argv[1]); AutoTokenizer.from_pretrained(sys.argv[1])")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-c", code, str(tb.backbone_dir)], check=True, env=env)
+    assert dense_scores["heldout_ppl"]["loss"] == pytest.approx(tb.manifest["heldout_loss"], abs=1e-4)
+    for task, metric in TASK_PRIMARY_METRIC.items():
+        assert dense_scores[task][metric] == pytest.approx(tb.manifest["dense"][task][metric], rel=1e-3)
+
+
+@pytest.mark.testbed
+def test_dense_backbone_is_sensitive_enough(full, dense_scores):
+    tb = full[0]
+    assert dense_scores["fact_recall"]["acc"] >= 0.90
+    assert dense_scores["heldout_ppl"]["ppl"] <= 0.25 * tb.manifest["unigram_ppl"]
+    for task, metric in TASK_PRIMARY_METRIC.items():
+        assert dense_scores[task][metric] > CHANCE[task], task
+
+
+@pytest.mark.testbed
+def test_drop_routable_ffn_loses_ten_retain_points(full, dense_scores):
+    tb, model, tok = full
+    with drop_routable_ffn(model, tb.manifest["routable_layers"]):
+        dropped = evaluate(model, tok, tb)
+    assert retain(dropped, dense_scores) <= 90.0
+    assert evaluate(model, tok, tb)["heldout_ppl"]["loss"] == pytest.approx(dense_scores["heldout_ppl"]["loss"])
+
+
+@pytest.mark.testbed
+def test_token_type_losses_rise_on_computed_tokens_without_routable_ffns(full):
+    tb, model, tok = full
+    dense = token_type_losses(model, tok, tb)
+    with drop_routable_ffn(model):
+        dropped = token_type_losses(model, tok, tb)
+    assert set(dense) == set(TOKEN_TYPES)
+    assert dropped["fact_answer"] > dense["fact_answer"]
+    assert dropped["arith_answer"] > dense["arith_answer"]
