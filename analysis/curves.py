@@ -16,6 +16,7 @@ area divided by the interval's width, in the metric's units.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -41,7 +42,7 @@ class Curve:
         k = self.key
         return f"{k['method']}/{k['variant']} d_m={k['memory_dim']} {k['layer_set']}"
 
-    @property
+    @cached_property
     def fit(self) -> tuple[np.ndarray, np.ndarray]:
         return monotone_fit(self.skip, self.quality, self.weight)
 

@@ -67,7 +67,7 @@ class Runs:
         return out
 
 
-def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
+def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
     """Walk ``paths`` (directories or ``results.json`` files); return (record files, incomplete run dirs + reason).
 
     A directory holding a ``results.json`` is a finished run and is not searched further.
@@ -98,9 +98,9 @@ def find_runs(paths) -> tuple[list[Path], list[tuple[Path, str]]]:
                 records.append(os.path.join(d, RESULTS_FILENAME))
                 continue
             if signs:
-                incomplete.append((Path(d), _incomplete_reason(Path(d), sorted(signs))))
+                incomplete.append((d, _incomplete_reason(Path(d), sorted(signs))))
             stack.extend(subdirs)
-    return [Path(r) for r in sorted(records)], sorted(incomplete)
+    return sorted(records), sorted(incomplete)
 
 
 def _incomplete_reason(d: Path, signs: list[str]) -> str:
@@ -128,7 +128,7 @@ def load_runs(paths) -> Runs:
             problems.append(_problem(path, "unreadable", "not a JSON object"))
             continue
         blobs.append(blob)
-        names.append(str(path))
+        names.append(path)
     frame, unreadable = _parse(blobs, names)
     problems += unreadable
     tasks, notes = {}, []
