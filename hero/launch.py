@@ -611,7 +611,7 @@ class HeroSubmititLauncher(_Base):  # type: ignore[misc,valid-type]
                 results[p["num"]] = out
             except Exception as e:  # noqa: BLE001 - FailedJobError, UncompletedJobError, ...
                 p["state"] = "FAILED"
-                p["error"] = _last_line(str(e))
+                p["error"] = _error_line(str(e))
                 results[p["num"]] = e
             try:
                 p["slurm_state"] = j.state
@@ -660,6 +660,16 @@ def _job_return(p: dict, status: Any, value: Any) -> Any:
     r.status = status
     r._return_value = value
     return r
+
+
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Interrupt|Exit)\b:?")
+
+
+def _error_line(text: str) -> str:
+    """The most telling line of a traceback / submitit error: the last 'SomeError: message' line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    hits = [ln for ln in lines if _EXC_LINE.match(ln)]
+    return (hits[-1] if hits else (lines[-1] if lines else ""))[:400]
 
 
 def _last_line(text: str) -> str:
@@ -774,7 +784,7 @@ def _result_pickle_state(job: dict) -> tuple[str | None, str | None]:
         return None, None
     if kind == "success":
         return "COMPLETED", None
-    return "FAILED", _last_line(str(payload))
+    return "FAILED", _error_line(str(payload))
 
 
 def job_states(jobs: list[dict]) -> list[dict]:
@@ -893,11 +903,9 @@ def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
         if collect_records:
             print(f"{len(summary['records'])} record(s) -> {summary['sweep_dir']}/collected.json")
     states = summary["counts"]
-    if states.get("FAILED"):
-        return 1
     if any(states.get(s) for s in ("PENDING", "RUNNING", "UNKNOWN")):
-        return 3
-    return 0
+        return 3  # not final yet
+    return 1 if states.get("FAILED") else 0
 
 
 def _cli_sweep(args: argparse.Namespace) -> int:

@@ -37,7 +37,8 @@ def main(cfg) -> float:
 
     out = Path(HydraConfig.get().runtime.output_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    if cfg.fail or cfg.seed in cfg.fail_seeds:
+    fail_env = [int(x) for x in os.environ.get("APP_FAIL_SEEDS", "").split(",") if x.strip()]
+    if cfg.fail or cfg.seed in cfg.fail_seeds or cfg.seed in fail_env:
         raise RuntimeError(f"deliberate failure (seed {cfg.seed})")
     ckpt = out / "checkpoints" / "latest.json"
     state = {"step": 0, "x": int(cfg.seed)}
