@@ -7,7 +7,6 @@ are the realized parameter skip rate in % (HERO_SPEC §7).
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import matplotlib
@@ -16,8 +15,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis.curves import CURVE_KEYS, curves  # noqa: E402
+from analysis.tables import close_to  # noqa: E402
 from analysis.load import KEYS, layer_values  # noqa: E402
 
 DPI = 120
@@ -84,56 +85,70 @@ def ffn_usage_heatmap(runs: pl.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def rho_per_layer(runs: pl.DataFrame, path: Path) -> Path | None:
-    """Learned forget factor ρ per layer, seed mean ± std, one panel per curve (lines per α)."""
-    have = layer_values(runs, "rho")["path"].unique()
-    return _per_curve_panels(runs.filter(pl.col("path").is_in(have.implode())), "learned ρ", path, _rho_panel)
+def rho_per_layer(runs: pl.DataFrame, path: Path, main_alpha: float, main_memory_dim: int,
+                  main_layer_set: str) -> Path | None:
+    """Learned forget factor ρ per layer, seed mean ± std; per backbone the two views of ``_two_views``."""
+    if layer_values(runs, "rho").height == 0:
+        return None
+    return _two_views(runs, "learned ρ", path, _rho_lines, main_alpha, main_memory_dim, main_layer_set)
 
 
-def per_token_skip(runs: pl.DataFrame, path: Path) -> Path | None:
-    """Distribution over tokens of the per-token skip rate (histograms averaged over seeds), lines per α."""
+def per_token_skip(runs: pl.DataFrame, path: Path, main_alpha: float, main_memory_dim: int,
+                   main_layer_set: str) -> Path | None:
+    """Distribution over tokens of the per-token skip rate (histograms normalised, then averaged over seeds)."""
     if COUNTS not in runs.columns or EDGES not in runs.columns:
         return None
     have = runs.filter(pl.col(COUNTS).list.len().fill_null(0) > 0)
-    return _per_curve_panels(have, "share of tokens", path, _token_panel)
+    if have.height == 0:
+        return None
+    return _two_views(have, "share of tokens", path, _token_lines, main_alpha, main_memory_dim, main_layer_set)
 
 
-def _rho_panel(ax, part: pl.DataFrame) -> None:
-    long = (layer_values(part, "rho").group_by("alpha", "layer").agg(pl.col("value").mean().alias("m"), pl.col("value").std().alias("s"))
-            .sort("alpha", "layer"))
-    for (alpha,), g in long.group_by("alpha", maintain_order=True):
-        ax.errorbar(g["layer"], g["m"], yerr=g["s"].fill_null(0), fmt="o-", ms=3, capsize=2, label=f"α={alpha:g}")
+def _two_views(runs: pl.DataFrame, ylabel: str, path: Path, draw, main_alpha: float, main_memory_dim: int,
+               main_layer_set: str) -> Path:
+    """One row per backbone: left, the HeRo groups at the main α and layer set (a line per variant / memory dim);
+    right, full HeRo at the main memory dim and layer set (a line per α)."""
+    hero = runs.filter((pl.col("method") == "hero") & (pl.col("layer_set") == main_layer_set))
+    backbones = sorted(hero["backbone"].unique().to_list()) or ["(none)"]
+    fig, axes = plt.subplots(len(backbones), 2, figsize=(10, 3.4 * len(backbones)), squeeze=False)
+    dim_suffix = pl.when(pl.col("memory_dim") == main_memory_dim).then(pl.lit("")).otherwise(
+        pl.format(" d_m={}", pl.col("memory_dim")))
+    for row, backbone in zip(axes, backbones):
+        mine = hero.filter(pl.col("backbone") == backbone)
+        left = mine.filter(close_to("alpha", main_alpha)).with_columns(
+            label=pl.concat_str(pl.col("variant"), dim_suffix)).sort("variant", "memory_dim")
+        right = mine.filter((pl.col("variant") == "full") & (pl.col("memory_dim") == main_memory_dim)).sort("alpha")
+        right = right.with_columns(label=pl.col("alpha").map_elements(lambda a: f"α={a:g}", return_dtype=pl.String))
+        titles = (f"{backbone}: α={main_alpha:g}, by variant", f"{backbone}: full HeRo d_m={main_memory_dim}, by α")
+        for ax, part, title in zip(row, (left, right), titles):
+            if part.height:
+                draw(ax, part)
+                ax.legend(fontsize=6)
+            else:
+                ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
+            ax.set(ylabel=ylabel, title=f"{title} ({main_layer_set})")
+            ax.title.set_fontsize(9)
+            ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _rho_lines(ax, part: pl.DataFrame) -> None:
+    for (label,), g in part.group_by("label", maintain_order=True):
+        long = (layer_values(g, "rho").group_by("layer").agg(pl.col("value").mean().alias("m"),
+                                                             pl.col("value").std().alias("s")).sort("layer"))
+        ax.errorbar(long["layer"], long["m"], yerr=long["s"].fill_null(0), fmt="o-", ms=3, capsize=2, label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("backbone layer (0-based)")
 
 
-def _token_panel(ax, part: pl.DataFrame) -> None:
-    for (alpha,), g in part.group_by("alpha", maintain_order=True):
+def _token_lines(ax, part: pl.DataFrame) -> None:
+    for (label,), g in part.group_by("label", maintain_order=True):
         edges = np.asarray(g[EDGES][0], dtype=float)
         same = [np.asarray(c, dtype=float) for c, e in zip(g[COUNTS], g[EDGES])
                 if len(c) == len(edges) - 1 and len(e) == len(edges) and np.allclose(e, edges)]
         share = np.mean([c / c.sum() for c in same if c.sum() > 0], axis=0)
-        ax.stairs(share, edges * 100.0, label=f"α={alpha:g} ({len(same)} seeds)")
+        ax.stairs(share, edges * 100.0, label=f"{label} ({len(same)} runs)")
     ax.set_xlabel("per-token parameter skip (%)")
-
-
-def _per_curve_panels(have: pl.DataFrame, ylabel: str, path: Path, draw) -> Path | None:
-    if have.height == 0:
-        return None
-    panels = have.select(CURVE_KEYS).unique().sort(list(CURVE_KEYS), nulls_last=True).to_dicts()
-    cols = min(3, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.3 * cols, 3.3 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, panels):
-        part = have.filter(*(pl.col(k) == v for k, v in key.items() if v is not None))
-        draw(ax, part.sort("alpha"))
-        ax.set(ylabel=ylabel, title=f"{key['backbone']} {key['method']}/{key['variant']} d_m={key['memory_dim']} "
-                                    f"{key['layer_set']}")
-        ax.title.set_fontsize(8)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    return _save(fig, path)
 
 
 def _layer_long(runs: pl.DataFrame, name: str) -> pl.DataFrame:

@@ -139,7 +139,8 @@ def run_report(args: argparse.Namespace) -> dict:
         summary["notes"].append("no record carries benchmark figures (bench): no latency table or plot")
 
     if not args.no_plots:
-        summary["plots"] = _plots(scored, points, latency, task_cols, out)
+        main = (args.main_alpha, args.main_memory_dim, args.main_layer_set)
+        summary["plots"] = _plots(scored, points, latency, task_cols, out, main)
         files += [Path(p) for p in summary["plots"].values() if p]
     if args.notebooks:
         from analysis.execute import execute_all
@@ -150,7 +151,8 @@ def run_report(args: argparse.Namespace) -> dict:
     return _finish(summary, out)
 
 
-def _plots(scored: pl.DataFrame, points: pl.DataFrame, latency: pl.DataFrame, task_cols: list[str], out: Path) -> dict:
+def _plots(scored: pl.DataFrame, points: pl.DataFrame, latency: pl.DataFrame, task_cols: list[str], out: Path,
+           main: tuple) -> dict:
     from analysis import plots
 
     hero = scored.filter(pl.col("method") == "hero")
@@ -159,8 +161,8 @@ def _plots(scored: pl.DataFrame, points: pl.DataFrame, latency: pl.DataFrame, ta
         "quality_cost": plots.quality_cost(points, metrics, out / "quality_cost.png"),
         "quality_latency": plots.quality_latency(latency, "retain", "Retain (%)", out / "quality_latency.png"),
         "ffn_usage_heatmap": plots.ffn_usage_heatmap(hero, out / "ffn_usage_heatmap.png"),
-        "per_token_skip": plots.per_token_skip(hero, out / "per_token_skip.png"),
-        "rho_per_layer": plots.rho_per_layer(hero, out / "rho_per_layer.png"),
+        "per_token_skip": plots.per_token_skip(hero, out / "per_token_skip.png", *main),
+        "rho_per_layer": plots.rho_per_layer(hero, out / "rho_per_layer.png", *main),
     }
     return {k: (str(v) if v else None) for k, v in made.items()}
 

@@ -28,6 +28,7 @@ from analysis.load import layer_values
 from analysis.execute import figure_dir, results_dirs
 from analysis.plots import ffn_usage_heatmap, per_token_skip, rho_per_layer
 
+MAIN = dict(main_alpha=1e-3, main_memory_dim=64, main_layer_set="second_half")
 runs = load_runs(results_dirs())
 hero = runs.records.filter(pl.col("method") == "hero").collect()
 out = figure_dir()
@@ -44,14 +45,14 @@ display(Image(path)) if path else print("no per-layer FFN rates in these records
 # ## Per-token skip distribution
 
 # %%
-path = per_token_skip(hero, out / "per_token_skip.png")
+path = per_token_skip(hero, out / "per_token_skip.png", **MAIN)
 display(Image(path)) if path else print("no per-token histograms in these records")
 
 # %% [markdown]
 # ## Learned ρ per layer
 
 # %%
-path = rho_per_layer(hero, out / "rho_per_layer.png")
+path = rho_per_layer(hero, out / "rho_per_layer.png", **MAIN)
 display(Image(path)) if path else print("no learned ρ in these records")
 
 # %% [markdown]
