@@ -23,7 +23,7 @@ from hero.errors import ConfigError
 from hero.data import SFTDataset, collate, load_conversations, tokenize_conversation
 from hero.data.sft import check_path
 from hero.evaluation import check_config as check_eval_config
-from hero.evaluation import evaluate_suite, retain, routing_statistics
+from hero.evaluation import evaluate_suite, retain, routing_statistics, suite_fingerprint
 from hero.model import RouterConfig, attach, save_router
 from hero.model.attach import LAYER_SETS, decoder_layers, resolve_layers
 from hero.model.io import backbone_fingerprint
@@ -203,7 +203,7 @@ def _retain(cfg, scores, meta, baseline) -> dict | None:
 
 def _baseline_path(cfg, backbone, cache_root) -> Path:
     fingerprint = backbone_fingerprint(backbone.model)["weights_sha256"]
-    return Path(cache_root) / "baselines" / f"{cfg.model.name}-{fingerprint}-{cfg.eval.suite}-limit{cfg.eval.limit}.json"
+    return Path(cache_root) / "baselines" / f"{cfg.model.name}-{fingerprint}-{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}.json"
 
 
 def dense_baseline(cfg, backbone, cache_root, bed) -> dict:

@@ -1,35 +1,146 @@
-"""Task suites selected by ``eval=``: ``tiny`` (the embedded testbed) and ``none``.
+"""Task suites selected by ``eval=`` (HERO_SPEC §7), all run through lm-evaluation-harness.
 
-Each suite returns ``(scores, meta)``: scores as {task: {metric: value}} and meta
-with the suite name, the primary (higher-is-better) metric per task, and the limit.
+* ``paper7``: ARC-Easy, ARC-Challenge (25-shot, acc), HellaSwag (5-shot, acc_norm),
+  WinoGrande (5-shot, acc), OpenBookQA (0-shot, acc_norm), PIQA, BoolQ (0-shot, acc).
+* ``extended9``: paper7 + GSM8K (8-shot CoT, chat template, max 1,024 new tokens, exact
+  match) + HumanEval (0-shot, greedy, pass@1).
+* ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.evaluation.tiny``),
+  offline, seconds.
+* ``none``: no evaluation.
+
+The tasks of a suite are listed in ``conf/eval/<suite>.yaml`` under ``tasks``, one entry
+per task of the record (``eval.<task>.<metric>``): ``lm_eval_task``, ``num_fewshot``,
+``metric`` (the primary metric, on which Retain is computed), ``chat_template``, and
+optionally ``fewshot_as_multiturn`` (default: as ``chat_template``), ``gen_kwargs``,
+``limit`` (default ``eval.limit``) and ``unsafe_code`` (the task executes generated
+code). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``.
+
+``evaluate_suite`` returns ``(scores, meta)``: scores as {task: {metric: value}} and meta
+with the suite, the primary metric per task, the limit, the lm-eval version, the
+resolved task settings with sample counts, a fingerprint of those settings, and the wall
+time of the evaluation.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+from omegaconf import OmegaConf
 from torch import nn
 
-from hero.errors import ConfigError
+from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
 
-SUITES = ("tiny", "none")
+SUITES = ("tiny", "paper7", "extended9", "none")
+REQUIRED = ("lm_eval_task", "num_fewshot", "metric", "chat_template")
+OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "unsafe_code")
 
 
-class EvaluationError(ConfigError):
-    """The evaluation config names something that cannot be evaluated."""
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a suite, fully resolved."""
+
+    name: str
+    lm_eval_task: str
+    num_fewshot: int
+    metric: str
+    chat_template: bool
+    fewshot_as_multiturn: bool
+    limit: int | None
+    gen_kwargs: dict = field(default_factory=dict)
+    unsafe_code: bool = False
+
+
+def _positive_int_or_none(value, where: str) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise EvaluationError(f"{where}={value!r}: must be a positive integer or null")
+
+
+def task_specs(eval_cfg) -> list[TaskSpec]:
+    """The suite's tasks with every default applied; raises on a malformed entry."""
+    tasks = OmegaConf.to_container(eval_cfg.tasks, resolve=True) if eval_cfg.get("tasks") else {}
+    specs = []
+    for name, entry in tasks.items():
+        where = f"eval.tasks.{name}"
+        missing = [key for key in REQUIRED if entry.get(key) is None]
+        unknown = sorted(set(entry) - set(REQUIRED) - set(OPTIONAL))
+        if missing or unknown:
+            raise EvaluationError(f"{where}: missing {missing}, unknown {unknown}; keys are {REQUIRED + OPTIONAL}")
+        if not isinstance(entry["num_fewshot"], int) or entry["num_fewshot"] < 0:
+            raise EvaluationError(f"{where}.num_fewshot={entry['num_fewshot']!r}: must be an integer ≥ 0")
+        _positive_int_or_none(entry.get("limit"), f"{where}.limit")
+        chat = bool(entry["chat_template"])
+        specs.append(TaskSpec(name=name, lm_eval_task=entry["lm_eval_task"], num_fewshot=entry["num_fewshot"],
+                              metric=entry["metric"], chat_template=chat,
+                              fewshot_as_multiturn=bool(entry.get("fewshot_as_multiturn", chat)),
+                              limit=entry.get("limit") or eval_cfg.limit, gen_kwargs=entry.get("gen_kwargs") or {},
+                              unsafe_code=bool(entry.get("unsafe_code", False))))
+    return specs
 
 
 def check_config(eval_cfg) -> None:
     if eval_cfg.suite not in SUITES:
         raise EvaluationError(f"eval.suite={eval_cfg.suite!r}: allowed suites are {', '.join(SUITES)}")
-    if eval_cfg.limit is not None and (not isinstance(eval_cfg.limit, int) or eval_cfg.limit <= 0):
-        raise EvaluationError(f"eval.limit={eval_cfg.limit!r}: must be a positive integer or null")
+    _positive_int_or_none(eval_cfg.limit, "eval.limit")
+    specs = task_specs(eval_cfg)
+    if (eval_cfg.suite == "none") != (not specs):
+        raise EvaluationError(f"eval.tasks: suite {eval_cfg.suite!r} " + ("takes no tasks" if specs else "lists none"))
+
+
+def suite_fingerprint(eval_cfg) -> str:
+    """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match."""
+    payload = json.dumps({"lm_eval": LM_EVAL_VERSION, "tasks": [asdict(s) for s in task_specs(eval_cfg)]},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
 def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dict, dict]:
     """Scores of ``model`` on the suite; ``bed`` is the embedded testbed the ``tiny`` suite reads."""
     if eval_cfg.suite == "none":
         return {}, {"suite": "none", "primary_metric": {}}
-    from hero.testbed import TASK_PRIMARY_METRIC, evaluate
+    start = time.time()
+    specs = task_specs(eval_cfg)
+    meta = {"suite": eval_cfg.suite, "primary_metric": {s.name: s.metric for s in specs}, "limit": eval_cfg.limit,
+            "lm_eval": lm_eval_version(), "fingerprint": suite_fingerprint(eval_cfg),
+            "tasks": {s.name: asdict(s) for s in specs}}
+    was_training = model.training
+    try:
+        if eval_cfg.suite == "tiny":
+            scores, counts = _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs)
+        else:
+            from lm_eval.tasks import TaskManager
+
+            scores, counts = _evaluate(model, tokenizer, eval_cfg, TaskManager(), specs)
+    finally:
+        model.train(was_training)
+    for name, n in counts.items():
+        meta["tasks"][name]["n_samples"] = n
+    meta["wall_time_s"] = time.time() - start
+    return scores, meta
+
+
+def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict]:
+    unknown = [s.lm_eval_task for s in specs if s.lm_eval_task not in manager.all_tasks]
+    if unknown:
+        raise EvaluationError(f"eval.tasks: lm-eval {LM_EVAL_VERSION} has no task {unknown}")
+    lm = harness_model(model, tokenizer, eval_cfg.batch_size)
+    scores, counts = {}, {}
+    for spec in specs:
+        scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec)
+    return scores, counts
+
+
+def _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
+    from hero.evaluation.tiny import task_manager, write_task_data
+    from hero.testbed import TASKS
 
     if bed is None:
         raise EvaluationError("eval=tiny scores the embedded testbed's tasks: use it with model=tiny")
-    scores = evaluate(model, tokenizer, bed, batch_size=eval_cfg.batch_size)
-    return scores, {"suite": "tiny", "primary_metric": dict(TASK_PRIMARY_METRIC), "limit": eval_cfg.limit}
+    unknown = sorted({s.name for s in specs} - set(TASKS))
+    if unknown:
+        raise EvaluationError(f"eval.tasks: {unknown} are not testbed tasks ({', '.join(TASKS)})")
+    with tempfile.TemporaryDirectory(prefix="hero-tiny-eval-") as data_dir:
+        write_task_data(bed, tokenizer, data_dir, [s.name for s in specs])
+        return _evaluate(model, tokenizer, eval_cfg, task_manager(data_dir), specs)

@@ -1,0 +1,73 @@
+"""lm-evaluation-harness in process: our model instance behind lm-eval's HFLM (HERO_SPEC §7).
+
+The routed model is the backbone's own ``LlamaForCausalLM`` with routed decoder layers,
+so ``HFLM(pretrained=<model instance>, tokenizer=<tokenizer>)`` runs every request type
+through the routed forward: ``loglikelihood`` and ``multiple_choice`` (right-padded
+batches, causal attention), ``loglikelihood_rolling``, and ``generate_until`` (HF
+``generate`` with the KV cache, which routing keeps complete because attention always
+runs). The same wrapper serves the dense backbone and the LoRA (PEFT) model.
+
+Each task of a suite is one ``simple_evaluate`` call with its own few-shot count, chat
+template setting, generation overrides and limit (lm-eval applies those per call, not
+per task). Metric keys follow lm-eval's ``<metric>,<filter>`` with ``,none`` dropped:
+``acc``, ``acc_norm``, ``acc_stderr``, ``exact_match,strict-match``.
+
+lm-eval is pinned (``LM_EVAL_VERSION``, also in pyproject.toml) because scores drift
+between releases; a different installed version is an error, and the version used is
+recorded in ``eval_meta.lm_eval``. Like the lm-eval CLI, a call reseeds Python, NumPy
+and torch (seeds 0, 1234, 1234) and seeds the few-shot sampler with 1234.
+"""
+from __future__ import annotations
+
+from importlib.metadata import version
+
+from hero.errors import ConfigError
+
+LM_EVAL_VERSION = "0.4.13"
+
+
+class EvaluationError(ConfigError):
+    """The evaluation config names something that cannot be evaluated."""
+
+
+def lm_eval_version() -> str:
+    """The installed lm-eval version; an error unless it is the pinned one."""
+    installed = version("lm_eval")
+    if installed != LM_EVAL_VERSION:
+        raise EvaluationError(f"lm-eval {installed} is installed, HeRo Lab pins {LM_EVAL_VERSION} (scores drift "
+                              f"between versions): pip install 'lm-eval[hf]=={LM_EVAL_VERSION}'")
+    return installed
+
+
+def harness_model(model, tokenizer, batch_size: int):
+    """lm-eval's HFLM around the model instance (no copy, no reload)."""
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+
+
+def metric_values(task_result: dict) -> dict[str, float]:
+    """lm-eval's per-task result entry as {metric: value}, numeric values only, ``,none`` dropped."""
+    values = {}
+    for key, value in task_result.items():
+        name, comma, selector = key.partition(",")
+        if comma and isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[name if selector == "none" else key] = float(value)
+    return values
+
+
+def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
+    """(metrics, sample counts) of one task spec (``hero.evaluation.suites.TaskSpec``) through the harness."""
+    from lm_eval import simple_evaluate
+
+    task = manager.load([spec.lm_eval_task])["tasks"][spec.lm_eval_task]
+    task.set_config(key="num_fewshot", value=spec.num_fewshot)
+    out = simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=spec.limit,
+                          apply_chat_template=spec.chat_template, fewshot_as_multiturn=spec.fewshot_as_multiturn,
+                          gen_kwargs=dict(spec.gen_kwargs) or None, confirm_run_unsafe_code=spec.unsafe_code,
+                          log_samples=False)
+    metrics = metric_values(out["results"][spec.lm_eval_task])
+    if spec.metric not in metrics:
+        raise EvaluationError(f"eval.tasks.{spec.name}.metric={spec.metric!r}: lm-eval task {spec.lm_eval_task!r} "
+                              f"reports {sorted(metrics)}")
+    return metrics, dict(out["n-samples"][spec.lm_eval_task])

@@ -1,0 +1,128 @@
+"""The ``tiny`` suite in lm-evaluation-harness form: the embedded testbed's tasks as local lm-eval tasks.
+
+HERO_SPEC §7 asks for every score to come from lm-evaluation-harness; on the testbed
+that is ``eval=tiny``. The task definitions are the YAML files in ``tasks/tiny/`` next to
+this module (``hero_tiny_<task>``, one per ``hero.testbed.TASKS``). Their data is
+generated for each evaluation by ``write_task_data`` from the testbed's task files into a
+temporary directory that reaches the tasks through the TaskManager's metadata
+(``custom_dataset: !function hero.evaluation.tiny.load_dataset``): nothing is downloaded,
+and the TaskManager indexes only that folder (``include_defaults=False``), so the whole
+suite runs offline in seconds.
+
+The harness reproduces ``hero.testbed.evaluate`` metric for metric:
+
+* ``fact_recall``, ``play_cloze``: lm-eval ``multiple_choice``, ``acc`` (argmax of the
+  summed continuation log-likelihood; ties go to the first choice in both).
+* ``fact_answer``, ``arithmetic``: lm-eval ``loglikelihood``; per item the harness
+  returns (summed answer log-prob, all tokens greedy). ``answer_prob`` = exp(mean
+  log-prob) (= 1 / lm-eval ``perplexity``), ``acc`` = share of all-greedy answers,
+  ``answer_token_loss`` = −Σ log-prob / Σ answer tokens, with the answer token count
+  written into the data (lm-eval's context/continuation split, which the testbed uses).
+* ``heldout_ppl``: lm-eval's ``loglikelihood_rolling`` scores the first token after an
+  EOT prefix, the testbed does not; so each chunk becomes a ``loglikelihood`` item whose
+  context is exactly its first token. ``loss``, ``ppl``, ``inv_ppl`` are token-weighted
+  over all chunks, as in the testbed. A chunk whose first token is whitespace (lm-eval
+  moves trailing context whitespace into the continuation) or does not re-encode to
+  itself cannot be split this way and is an error.
+
+Scores differ from the testbed's only by batching round-off (lm-eval right-pads without
+an attention mask; causal attention and per-token routing make that exact up to float
+summation order).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from hero.evaluation.harness import EvaluationError
+
+TASK_DIR = Path(__file__).with_name("tasks") / "tiny"
+DATA_KEY = "hero_tiny_data"
+
+
+def lm_eval_task(task: str) -> str:
+    """The lm-eval name of a testbed task."""
+    return f"hero_tiny_{task}"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _answer_row(row: dict, tokenizer) -> dict:
+    n_context = len(_encode(tokenizer, row["context"]))
+    return {**row, "n_target_tokens": len(_encode(tokenizer, row["context"] + row["target"])) - n_context}
+
+
+def _text_row(row: dict, tokenizer) -> dict:
+    ids = _encode(tokenizer, row["text"])
+    head = tokenizer.decode(ids[:1])
+    if len(ids) < 2 or not row["text"].startswith(head) or head != head.rstrip() or _encode(tokenizer, head) != ids[:1]:
+        raise EvaluationError(f"heldout_ppl chunk {row['text'][:40]!r} cannot be split after its first token "
+                              f"({head!r}) in lm-eval form; see hero.evaluation.tiny")
+    return {"context": head, "continuation": row["text"][len(head):], "n_tokens": len(ids) - 1, "play": row["play"]}
+
+
+_ROWS = {"fact_answer": _answer_row, "arithmetic": _answer_row, "heldout_ppl": _text_row}
+
+
+def write_task_data(testbed, tokenizer, out_dir: str | Path, tasks) -> None:
+    """Write ``<out_dir>/<task>.jsonl`` for ``tasks`` from the testbed's task files (see the module docstring)."""
+    out = Path(out_dir)
+    for task in tasks:
+        rows = _read_jsonl(Path(testbed.data_dir) / "tasks" / f"{task}.jsonl")
+        convert = _ROWS.get(task)
+        with open(out / f"{task}.jsonl", "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(convert(row, tokenizer) if convert else row, ensure_ascii=False) + "\n")
+
+
+def task_manager(data_dir: str | Path):
+    """A TaskManager that knows only the tiny tasks, reading their data from ``data_dir``."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=str(TASK_DIR), include_defaults=False, metadata={DATA_KEY: str(data_dir)})
+
+
+def load_dataset(task: str, hero_tiny_data: str | None = None, **_):
+    """lm-eval ``custom_dataset``: the generated rows of ``task`` as the ``test`` split."""
+    from datasets import Dataset, DatasetDict
+
+    if hero_tiny_data is None:
+        raise EvaluationError(f"{lm_eval_task(task)} reads its data from TaskManager metadata {DATA_KEY!r}: "
+                              "use hero.evaluation.tiny.task_manager")
+    return DatasetDict({"test": Dataset.from_list(_read_jsonl(Path(hero_tiny_data) / f"{task}.jsonl"))})
+
+
+def process_answer(doc: dict, results: list[tuple[float, bool]]) -> dict:
+    log_prob, greedy = results[0]
+    return {"answer_prob": log_prob, "acc": float(greedy), "answer_token_loss": (log_prob, doc["n_target_tokens"])}
+
+
+def process_text(doc: dict, results: list[tuple[float, bool]]) -> dict:
+    scored = (results[0][0], doc["n_tokens"])
+    return {"loss": scored, "ppl": scored, "inv_ppl": scored}
+
+
+def exp_mean(log_probs: list[float]) -> float:
+    """exp(mean log-prob): the geometric-mean probability of a whole answer."""
+    return math.exp(sum(log_probs) / len(log_probs))
+
+
+def token_loss(scored: list[tuple[float, int]]) -> float:
+    """Mean NLL per token over (summed log-prob, token count) items."""
+    return -sum(s for s, _ in scored) / sum(n for _, n in scored)
+
+
+def token_ppl(scored: list[tuple[float, int]]) -> float:
+    return math.exp(token_loss(scored))
+
+
+def token_inv_ppl(scored: list[tuple[float, int]]) -> float:
+    return math.exp(-token_loss(scored))
