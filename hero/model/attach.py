@@ -15,7 +15,7 @@ from torch import nn
 
 from hero.model.block import RoutedDecoderLayer, RoutingContext
 from hero.model.config import HeRoConfigError, RouterConfig
-from hero.model.router import Router
+from hero.model.controls import build_router
 
 LAYER_PARTS = ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp")
 LAYER_SETS = ("second_half", "from_9", "all")
@@ -64,7 +64,9 @@ def attach(model: nn.Module, layers: str | Sequence[int] = "second_half", config
            **router_options) -> nn.Module:
     """Turn ``model`` into a HeRo-routed model in place and return it.
 
-    ``router_options`` are ``RouterConfig`` fields (``memory_read=False``, ...).
+    ``router_options`` are ``RouterConfig`` fields (``memory_read=False``, ...); the router class
+    and a ``local_head_hidden="matched"`` width come from ``hero.model.controls.build_router``,
+    whose parameter counts are kept as ``model.hero_param_counts``.
     Trainable after this call: the router, the adapters and the forget parameters η;
     every backbone parameter is frozen.
     """
@@ -80,7 +82,12 @@ def attach(model: nn.Module, layers: str | Sequence[int] = "second_half", config
     for param in model.parameters():
         param.requires_grad_(False)
     reference = next(model.parameters())
-    router = Router(config, hidden_size, len(routable)).to(reference.device)
+    router, counts = build_router(config, hidden_size, len(routable))
+    router = router.to(reference.device)
+    if config.local_head_hidden == "matched":
+        print(f"[hero] param_matched_local: local head width {counts['local_head_hidden']}, "
+              f"{counts['router']:,} trainable router parameters vs full HeRo {counts['full_hero']:,} "
+              f"({counts['relative_to_full']:+.2%}; router + eta, adapters excluded)", flush=True)
     context = RoutingContext()
     for j, index in enumerate(routable, start=1):
         block = RoutedDecoderLayer(module_list[index], router, context, j, index,
@@ -90,6 +97,7 @@ def attach(model: nn.Module, layers: str | Sequence[int] = "second_half", config
     model.hero_config = config
     model.hero_context = context
     model.hero_layers = routable
+    model.hero_param_counts = counts
     return model
 
 
@@ -100,7 +108,7 @@ def detach(model: nn.Module) -> nn.Module:
         if isinstance(layer, RoutedDecoderLayer):
             module_list[index] = layer.base_layer
     del model.hero_router
-    for name in ("hero_config", "hero_context", "hero_layers"):
+    for name in ("hero_config", "hero_context", "hero_layers", "hero_param_counts"):
         delattr(model, name)
     return model
 

@@ -114,13 +114,13 @@ class RoutedDecoderLayer(nn.Module):
         hbar = residual + attn_out
         shape = hbar.shape
         hbar_flat = hbar.reshape(-1, shape[-1])
-        carry = Carry(*carry_tensors) if carry_tensors else self.router.initial_carry(hbar_flat)
+        carry = self.router.unpack_carry(carry_tensors) if carry_tensors else self.router.initial_carry(hbar_flat)
         decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
         executed = self._executed(decision.gate)
         u = base.post_attention_layernorm(hbar_flat)
         update = self._single_branch(u, decision.gate, executed)
         h_out = (hbar_flat + update.to(hbar_flat.dtype)).reshape(shape)
-        extras = {"h_bar": hbar_flat, "u": u} if self.context.trace else {}
+        extras = {"h_bar": hbar_flat, "u": u, **decision.extras} if self.context.trace else {}
         return h_out, decision, executed, new_carry, extras
 
     def _executed(self, gate: torch.Tensor) -> torch.Tensor:

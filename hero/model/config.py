@@ -26,8 +26,13 @@ class RouterConfig:
       aux_state       False drops the whole path encoder: s = z^h.
       history_branch  False drops the history head and memory: g = σ(b).
       memory_read     False keeps history head and path state, reads c = 0.
-    Controls beyond the paper:
-      forget          "learned" (ρ = σ(η)) or "zero" (ρ = 0: recent state only).
+    Controls beyond the paper (HERO_SPEC §9; implemented in ``hero.model.controls``):
+      forget             "learned" (ρ = σ(η)) or "zero" (ρ = 0: recent state only).
+      local_head_hidden  width of f_ψ (default head_hidden); "matched" (history branch off
+                         only) widens it until the router has full HeRo's parameter count.
+      history_control    "none"; "shuffled" accumulates the memory in a random permutation
+                         of the routable depth order; "random" replaces the read c_j by noise
+                         with the running mean and variance of real reads.
     """
 
     position_state: bool = True
@@ -40,12 +45,13 @@ class RouterConfig:
     content_hidden: int = 256
     path_hidden: int = 32
     head_hidden: int = 256
-    local_head_hidden: int | None = None
+    local_head_hidden: int | str | None = None
     T_hist: float = 0.9
     tau: float = 0.5
     adapter_dim: int | None = None
     rho_init: float = 0.98
     forget: str = "learned"
+    history_control: str = "none"
     gate_bias_init: float = 3.0
     eps: float = 1e-6
 
@@ -57,8 +63,14 @@ class RouterConfig:
                 raise HeRoConfigError(f"router.{name}={value!r}: must be a positive integer")
         for name in ("adapter_dim", "local_head_hidden"):
             value = getattr(self, name)
+            if name == "local_head_hidden" and value == "matched":
+                continue
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise HeRoConfigError(f"router.{name}={value!r}: must be a positive integer or null")
+                allowed = ", 'matched'" if name == "local_head_hidden" else ""
+                raise HeRoConfigError(f"router.{name}={value!r}: must be a positive integer{allowed} or null")
+        if self.local_head_hidden == "matched" and self.history_branch:
+            raise HeRoConfigError("router.local_head_hidden='matched' matches full HeRo's parameter count with "
+                                  "the history branch off; it needs router.history_branch=false")
         for name in ("position_state", "aux_state", "history_branch", "memory_read"):
             if not isinstance(getattr(self, name), bool):
                 raise HeRoConfigError(f"router.{name}={getattr(self, name)!r}: must be true or false")
@@ -70,6 +82,12 @@ class RouterConfig:
             raise HeRoConfigError(f"router.rho_init={self.rho_init!r}: must lie in the open interval (0, 1)")
         if self.forget not in ("learned", "zero"):
             raise HeRoConfigError(f"router.forget={self.forget!r}: allowed values are 'learned', 'zero'")
+        if self.history_control not in ("none", "shuffled", "random"):
+            raise HeRoConfigError(f"router.history_control={self.history_control!r}: "
+                                  "allowed values are 'none', 'shuffled', 'random'")
+        if self.history_control != "none" and not (self.history_branch and self.memory_read):
+            raise HeRoConfigError(f"router.history_control={self.history_control!r} changes the memory read; "
+                                  "it needs router.history_branch=true and router.memory_read=true")
         if not self.eps > 0:
             raise HeRoConfigError(f"router.eps={self.eps!r}: must be positive")
 

@@ -9,7 +9,7 @@ difference nearly equal residual vectors, and the memory accumulates over depth.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,10 @@ class Carry:
 
 @dataclass
 class Decision:
-    """Everything block j decided, all flattened over tokens (N, ...)."""
+    """Everything block j decided, all flattened over tokens (N, ...).
+
+    ``extras``: further per-token fields a router variant adds to the trace (hero.model.controls).
+    """
 
     gate: torch.Tensor
     history_logit: torch.Tensor
@@ -53,6 +56,7 @@ class Decision:
     x_path: torch.Tensor
     memory_read: torch.Tensor
     nu: torch.Tensor
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def phi(x: torch.Tensor) -> torch.Tensor:
@@ -130,6 +134,10 @@ class Router(nn.Module):
             p_hist=ones,
             m_hist=ones,
         )
+
+    def unpack_carry(self, tensors: tuple[torch.Tensor, ...]) -> Carry:
+        """The carry from ``Carry.tensors()`` (how it crosses a gradient checkpoint)."""
+        return Carry(*tensors)
 
     def path_vector(self, j: int, hbar: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, torch.Tensor]:
         """x_path_j = [r, q_rem, d, γ, p_hist_{j−1}, m_hist_{j−1}] (eq 4, 6–8); returns (x_path, δ_j).
