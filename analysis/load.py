@@ -14,6 +14,8 @@ one instead: corrupt files are listed as unreadable, types are coerced.
 Task scores: ``score.<task>`` is ``eval.<task>.<metric>`` for the task's primary
 metric from ``eval_meta.primary_metric`` (HERO_SPEC §7); a task with no primary
 metric and a single metric uses that one. ``tasks`` maps each task to its metric.
+``scored`` tells whether a run has any task score (a run evaluated with suite
+``none``, e.g. a calibration trial, has none: it counts for skip statistics only).
 
 Nothing is dropped silently: failed records (``status: failed``), run directories
 that started but wrote no record (a ``.hydra/`` dir or checkpoints, no
@@ -139,6 +141,12 @@ def load_runs(paths) -> Runs:
     else:
         frame = pl.DataFrame(schema={"path": pl.String})
     frame = _ensure_keys(frame)
+    if "scored" not in frame.columns:
+        frame = frame.with_columns(scored=pl.lit(False))
+    unscored = frame.filter(~pl.col("scored")).height
+    if unscored:
+        notes.append(f"{unscored} completed runs have no task scores (e.g. eval suite 'none'): they count in the "
+                     "skip statistics (groups.csv) but not in tables, Retain or curves")
     return Runs(records=frame.lazy(), problems=pl.DataFrame(problems, schema=PROBLEM_SCHEMA).sort("kind", "path"),
                 tasks=tasks, n_found=len(files) + len(incomplete), notes=notes)
 
@@ -218,10 +226,10 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
     status = pl.col("status").fill_null("completed") if "status" in df.columns else pl.lit("completed")
     error = pl.col("error").cast(pl.String) if "error" in df.columns else pl.lit(None, pl.String)
     score_cols = [c for c in df.columns if c.startswith("score.")]
-    has_eval = pl.any_horizontal(pl.col(c).is_not_null() for c in score_cols) if score_cols else pl.lit(False)
-    missing = pl.concat_str([pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in (*REQUIRED, "skip.param_rate")]
-                            + [pl.when(~has_eval).then(pl.lit("eval "))], ignore_nulls=True).str.strip_chars()
-    df = df.with_columns(_status=status, _error=error, _missing=missing).sort("path")
+    scored = pl.any_horizontal(pl.col(c).is_not_null() for c in score_cols) if score_cols else pl.lit(False)
+    missing = pl.concat_str([pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in (*REQUIRED, "skip.param_rate")],
+                            ignore_nulls=True).str.strip_chars()
+    df = df.with_columns(_status=status, _error=error, _missing=missing, scored=scored).sort("path")
     failed = df.filter(pl.col("_status") != "completed")
     invalid = df.filter((pl.col("_status") == "completed") & (pl.col("_missing") != ""))
     good = df.filter((pl.col("_status") == "completed") & (pl.col("_missing") == ""))

@@ -75,7 +75,7 @@ def ffn_usage_heatmap(runs: pl.DataFrame, path: Path) -> Path | None:
         return None
     wide = long.pivot(on="layer", index="group", values="value", sort_columns=True, maintain_order=True)
     layers = wide.columns[1:]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.45 * len(layers) + 3.0, 0.6 + 0.32 * wide.height))
+    fig, ax = plt.subplots(figsize=(1.0 + 0.45 * len(layers) + 3.0, max(2.5, 0.9 + 0.32 * wide.height)))
     im = ax.imshow(wide.select(layers).to_numpy(), aspect="auto", vmin=0.0, vmax=1.0, cmap="viridis")
     ax.set_xticks(range(len(layers)), layers)
     ax.set_yticks(range(wide.height), wide["group"].to_list(), fontsize=7)

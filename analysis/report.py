@@ -5,7 +5,8 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
 
 * ``table{1..4}_<name>.{md,csv,tex}`` and ``…_paired.csv`` — the paper's Tables 1–4
   (``analysis.tables``), each with its named Retain baseline and task set;
-* ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``);
+* ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``),
+  including runs without task scores (skip statistics only);
 * ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv`` — quality–cost curves,
   comparisons at matched skip and areas between curves (``analysis.curves``);
 * ``latency.csv`` when records carry benchmark figures;
@@ -103,7 +104,8 @@ def run_report(args: argparse.Namespace) -> dict:
                              "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in table.baselines.items()},
             "notes": table.notes}
 
-    curve_base = resolve_baselines(frame, args.curve_baseline, "--curve-baseline", runs.tasks, tasks)
+    curve_base = resolve_baselines(frame.filter(pl.col("scored")), args.curve_baseline, "--curve-baseline", runs.tasks,
+                                   tasks)
     scored = with_retain(frame, curve_base)
     task_cols = list(dict.fromkeys(f"score.{t}" for b in curve_base.values() for t in b.tasks))
     scored = scored.with_columns(*(pl.col(c) * 100.0 for c in task_cols))
@@ -113,6 +115,7 @@ def run_report(args: argparse.Namespace) -> dict:
     groups = groups.with_columns(pl.col("backbone").replace_strict(base_label, default=None).alias("retain_baseline"))
     files.append(_csv(groups, out / "groups.csv"))
 
+    scored = scored.filter(pl.col("scored"))
     points = curve_points(scored, ["retain", *task_cols], level=args.level)
     files.append(_csv(points, out / "curves.csv"))
     reference = args.curve_reference or (f"method=hero,variant=full,memory_dim={args.main_memory_dim},"

@@ -159,11 +159,11 @@ def paper_tables(main_alpha: float = 1e-3, main_memory_dim: int = 64, main_layer
 
 def build_table(runs: pl.DataFrame, spec: TableSpec, metrics: dict[str, str], tasks: list[str] | None = None,
                 level: float = 0.95) -> Table | None:
-    """Build ``spec`` from per-run rows (``Runs.records`` collected); ``None`` if no run matches its rows.
+    """Build ``spec`` from per-run rows (``Runs.records`` collected); ``None`` if no scored run matches its rows.
 
     Raises ``BaselineError`` when the baseline selector does not pick one group per backbone.
     """
-    rows = runs.filter(spec.row_filter)
+    rows = runs.filter(spec.row_filter & pl.col("scored"))
     if rows.height == 0:
         return None
     baselines = resolve_baselines(rows, spec.baseline, spec.option, metrics, tasks)
@@ -202,7 +202,7 @@ def _in_group(group: dict) -> pl.Expr:
 def _cell(metric: str) -> pl.Expr:
     mean, std = pl.col(f"{metric}.mean"), pl.col(f"{metric}.std")
     return (pl.when(mean.is_null()).then(pl.lit("–"))
-            .when(std.is_null()).then(mean.round(2).cast(pl.String))
+            .when(std.is_null()).then(_two(mean))
             .otherwise(pl.format("{} ± {}", _two(mean), _two(std))))
 
 

@@ -104,6 +104,20 @@ def test_unreadable_invalid_and_duplicate_records_are_listed(tmp_path):
     assert runs.problems.filter(pl.col("kind") == "invalid")["reason"][0] == "missing seed"
 
 
+def test_run_without_task_scores_counts_for_skip_only(tmp_path):
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0))
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.3))
+    write_run(tmp_path, RunSpec(scores={}, skip=0.25, seed=43, extra={"eval_meta": {"suite": "none", "primary_metric": {}}}))
+    runs = load_runs([tmp_path])
+    frame = runs.records.collect()
+    assert runs.counts() == {"found": 3, "completed": 3}
+    assert frame.sort("seed")["scored"].to_list() == [True, True, False]
+    assert any("1 completed runs have no task scores" in n for n in runs.notes)
+    table = build_table(frame, paper_tables()[0], runs.tasks)
+    hero = table.stats.filter(pl.col("method") == "hero").row(0, named=True)
+    assert hero["n"] == 1 and hero["skip.mean"] == pytest.approx(30.0)
+
+
 def test_missing_input_directory_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such results directory"):
         load_runs([tmp_path / "nope"])
@@ -239,7 +253,7 @@ def test_fixture_curves_rank_ablations_below_full_hero(runs):
     cs = curves(curve_points(scored, ["retain"]), "retain")
     refs = reference_curves(cs, "method=hero,variant=full,memory_dim=64")
     gaps = dict(area_between(cs, refs).select("variant", "mean_gap").iter_rows())
-    assert set(gaps) == {"no_position_state", "no_aux_state", "no_history_branch", "no_memory_read"}
+    assert set(gaps) == {"no_position_state", "no_aux_state", "no_history", "no_memory_read"}
     assert all(g < 0 for g in gaps.values())
     assert gaps["no_memory_read"] > gaps["no_aux_state"]  # the fixture's slopes: 0.08 vs 0.11
 
@@ -287,7 +301,7 @@ def test_every_table_output_states_its_baseline_and_task_set(report, number, sel
 
 def test_table3_rows_and_paired_differences(report):
     rows = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations.csv").open())}
-    assert list(rows) == ["full", "no_aux_state", "no_history_branch", "no_memory_read", "no_position_state"]
+    assert list(rows) == ["full", "no_aux_state", "no_history", "no_memory_read", "no_position_state"]
     assert float(rows["full"]["retain.mean"]) == pytest.approx(100.0)
     assert float(rows["no_aux_state"]["skip.mean"]) == pytest.approx(27.0)
     paired = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations_paired.csv").open())}
@@ -322,3 +336,12 @@ def test_report_pushes_tables_to_wandb_offline(records, tmp_path, monkeypatch):
     info = json.loads((out / "summary.json").read_text())["wandb"]
     assert info["mode"] == "offline"
     assert list((tmp_path / "wandb").glob(f"offline-run-*-{info['run_id']}"))
+
+
+def test_benchmark_runs_and_prints_its_figures(capsys):
+    from analysis.bench import main as bench_main
+
+    bench_main(["--records", "84", "--backbones", "2"])
+    out = capsys.readouterr().out
+    assert "'completed': 84, 'failed': 1, 'incomplete': 1" in out
+    assert "all tables (load + Tables 1-4" in out and "s wall" in out
