@@ -1,0 +1,39 @@
+"""Shared fixtures: composing the real Hydra configs and a seconds-to-build micro testbed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+
+def compose_train(overrides: list[str]):
+    """The config ``python train.py <overrides>`` would run (without Hydra's own keys)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="train", overrides=overrides)
+
+
+@pytest.fixture(scope="session")
+def micro_cache(tmp_path_factory) -> Path:
+    """One cache root per test session holding the micro testbed (built on first use, ~20 s)."""
+    return tmp_path_factory.mktemp("hero-cache")
+
+
+@pytest.fixture
+def micro_overrides(micro_cache, tmp_path) -> list[str]:
+    """Overrides for a fast end-to-end run on the micro testbed, outputs under tmp_path."""
+    return [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={tmp_path / 'outputs'}",
+        "trainer.max_steps=3",
+        "trainer.global_batch=4",
+        "trainer.micro_batch=2",
+        "trainer.checkpoint_every=1",
+        "trainer.log_every=1",
+        "trainer.progress=false",
+        "logger=none",
+    ]

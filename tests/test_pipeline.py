@@ -1,0 +1,217 @@
+"""Training pipeline: config groups, tiny end-to-end runs, multirun, resume, W&B, bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import CONF, REPO, compose_train
+from hero import wandb_offline
+from hero.data import collate, load_conversations, tokenize_conversation
+from hero.errors import ConfigError
+from hero.pipeline import run
+
+RECORD_FIELDS = ("method", "ablation", "variant", "seed", "alpha", "router", "routable_layers", "skip", "eval",
+                 "eval_meta", "train", "retain", "rho", "config_hash", "git_commit", "versions", "wall_time_s", "config")
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", ["model", "data", "method", "ablation", "layers", "trainer", "eval", "logger"])
+def test_every_group_option_composes(group):
+    for option in group_options(group):
+        extra = {"layers/explicit": ["layers.indices=[4,5]"], "data/jsonl": ["data.path=/x.jsonl"]}.get(f"{group}/{option}", [])
+        cfg = compose_train([f"{group}={option}", *extra])
+        if group == "ablation":
+            assert cfg.variant == option
+        elif group == "method":
+            assert cfg.method.name == option
+            assert cfg.variant == (option if option != "hero" else "full")
+        elif group in ("model", "data", "layers", "logger"):
+            assert cfg[group].name == option
+        elif group == "eval":
+            assert cfg.eval.suite == option
+
+
+def test_ablation_switches_resolve_to_router_options():
+    expected = {"full": {}, "no_position_state": {"position_state": False}, "no_aux_state": {"aux_state": False},
+                "no_history": {"history_branch": False}, "no_memory_read": {"memory_read": False}}
+    for ablation, switched in expected.items():
+        router = compose_train([f"ablation={ablation}"]).router
+        for key in ("position_state", "aux_state", "history_branch", "memory_read"):
+            assert router[key] == switched.get(key, True), (ablation, key)
+
+
+def test_paper_recipe_values():
+    cfg = compose_train(["trainer=paper", "data=tulu3", "model=llama3_1_8b", "layers=from_9", "alpha=1e-3"])
+    t = cfg.trainer
+    assert (t.lr, t.weight_decay, t.warmup_frac, t.grad_clip, t.global_batch, t.precision) == (1e-4, 0.01, 0.03, 1.0, 128, "bf16")
+    assert t.gradient_checkpointing and cfg.data.max_length == 2048 and cfg.alpha == 1e-3
+    assert cfg.data.path == "allenai/tulu-3-sft-mixture" or os.environ.get("HERO_TULU3")
+
+
+def _record(root: Path) -> dict:
+    found = list(root.rglob("results.json"))
+    assert len(found) == 1, found
+    return json.loads(found[0].read_text())
+
+
+def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, tmp_path):
+    objective = run(compose_train(micro_overrides), run_dir=tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    for field in RECORD_FIELDS:
+        assert field in record, field
+    assert record["status"] == "completed" and record["method"] == "hero" and record["seed"] == 42
+    assert objective == pytest.approx(record["train"]["final_loss"])
+    assert record["train"]["steps"] == 3
+    assert 0.0 <= record["skip"]["param_rate"] <= record["skip"]["max_param_rate"] < 1.0
+    assert set(record["skip"]["per_layer_ffn_rate"]) == {str(i) for i in record["routable_layers"]}
+    assert record["retain"]["baseline"] == "dense" and record["retain"]["tasks"]
+    assert set(record["skip"]["by_token_type"]) == {"plain", "fact_answer", "fact_other", "arith_answer", "arith_operand"}
+    assert (tmp_path / "run" / "router" / "hero_router.safetensors").is_file()
+
+
+def test_relaunch_skips_completed_run_and_force_reruns(micro_overrides, tmp_path, capsys):
+    cfg = compose_train(micro_overrides + ["eval=none"])
+    run(cfg, run_dir=tmp_path / "first")
+    capsys.readouterr()
+    run(cfg, run_dir=tmp_path / "second")
+    assert "skipping: a completed run" in capsys.readouterr().out
+    assert not (tmp_path / "second" / "results.json").exists()
+    run(compose_train(micro_overrides + ["eval=none", "force=true"]), run_dir=tmp_path / "third")
+    assert (tmp_path / "third" / "results.json").exists()
+
+
+def test_same_seed_same_result(micro_overrides, tmp_path):
+    a = run(compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/a"]), run_dir=tmp_path / "a")
+    b = run(compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/b"]), run_dir=tmp_path / "b")
+    c = run(compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/c", "seed=7"]), run_dir=tmp_path / "c")
+    assert a == b and a != c
+
+
+def test_resume_after_crash_equals_uninterrupted_run(micro_overrides, tmp_path, monkeypatch):
+    overrides = micro_overrides + ["trainer.max_steps=4", "trainer.checkpoint_every=2", "eval=none"]
+    reference = run(compose_train(overrides + [f"paths.root={tmp_path}/ref"]), run_dir=tmp_path / "ref")
+    import hero.training as training
+
+    real_save = training.save_checkpoint
+
+    def save_then_crash(*args, **kwargs):
+        real_save(*args, **kwargs)
+        raise KeyboardInterrupt("killed right after the first checkpoint")
+
+    monkeypatch.setattr(training, "save_checkpoint", save_then_crash)
+    cfg = compose_train(overrides + [f"paths.root={tmp_path}/crash"])
+    with pytest.raises(KeyboardInterrupt):
+        run(cfg, run_dir=tmp_path / "crash-1")
+    assert list((tmp_path / "crash" / "checkpoints").rglob("step-00000002.pt"))
+    monkeypatch.setattr(training, "save_checkpoint", real_save)
+    resumed = run(cfg, run_dir=tmp_path / "crash-2")
+    a = json.loads((tmp_path / "ref" / "results.json").read_text())
+    b = json.loads((tmp_path / "crash-2" / "results.json").read_text())
+    assert resumed == reference
+    assert a["train"] == b["train"] and a["skip"] == b["skip"] and a["rho"] == b["rho"]
+
+
+def test_wandb_offline_logs_grouped_run_with_values(micro_overrides, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    overrides = [o for o in micro_overrides if o != "logger=none"] + ["logger=wandb", "eval=none", "seed=43"]
+    run(compose_train(overrides), run_dir=tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    path = wandb_offline.run_file(tmp_path / "run")
+    info = wandb_offline.run_info(path)
+    assert info["group"] == "tiny-hero-full-a0.003-m64-second_half" and info["job_type"] == "full"
+    assert {"ablation:full", "alpha:0.003", "memory_dim:64", "layers:second_half"} <= set(info["tags"])
+    assert info["config"]["seed"] == 43 and info["exit_code"] == 0
+    rows = wandb_offline.history(path)
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert len(losses) == 3 and losses[-1] == pytest.approx(record["train"]["final_loss"])
+    assert any("routing/ffn_rate/layer_1" in r for r in rows)
+
+
+def _train_cli(args: list[str], cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
+    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def test_multirun_three_seeds_writes_three_records(micro_cache, tmp_path):
+    args = ["-m", "ablation=no_memory_read", "seed=42,43,44", "model.recipe=micro", f"paths.cache={micro_cache}",
+            f"paths.root={tmp_path}", "trainer.max_steps=2", "trainer.global_batch=2", "trainer.micro_batch=2",
+            "trainer.progress=false", "logger=none", "eval=none"]
+    proc = _train_cli(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "multirun").rglob("results.json")]
+    assert sorted(r["seed"] for r in records) == [42, 43, 44]
+    assert all(r["router"] == records[0]["router"] and r["router"]["memory_read"] is False for r in records)
+    assert len({r["config_hash"] for r in records}) == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["alpha=-1"], "alpha=-1: must be a non-negative number"),
+    (["router.memory_dim=0"], "router.memory_dim=0: must be a positive integer"),
+    (["router.tau=1.5"], "router.tau=1.5: must lie in the open interval"),
+    (["layers=explicit", "layers.indices=[1,99]"], "layer index 99 is outside the model: valid range is 0..1"),
+    (["data=jsonl", "data.path=/nonexistent/sft.jsonl"], "data.path='/nonexistent/sft.jsonl': no such file"),
+    (["trainer.global_batch=3"], "trainer.global_batch=3 is not a multiple of trainer.micro_batch=2"),
+    (["model.dtype=float8"], "model.dtype='float8': allowed values are"),
+])
+def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, args, message):
+    base = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "logger=none",
+            "trainer.micro_batch=2"]
+    proc = _train_cli(base + args, tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"error: {proc.stderr.strip().splitlines()[-1][7:]}"
+    assert message in proc.stderr
+    assert not list(tmp_path.rglob("results.json"))
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_group_option_fails_before_loading(tmp_path):
+    proc = _train_cli(["ablation=no_such_thing", f"paths.root={tmp_path}"], tmp_path)
+    assert proc.returncode != 0
+    assert "no_such_thing" in proc.stderr and "Available options" in proc.stderr
+    assert not list(tmp_path.rglob("results.json"))
+
+
+def test_local_jsonl_in_tulu_format_loads_and_trains(micro_overrides, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": f"What is {i}+{i}?"}, {"role": "assistant", "content": str(2 * i)}]}
+            for i in range(8)]
+    path = tmp_path / "sft.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for data in (["data=jsonl", f"data.path={path}"], ["data=tulu3", f"data.path={path}"]):
+        cfg = compose_train(micro_overrides + data + ["eval=none", "trainer.max_steps=1", "force=true"])
+        assert load_conversations(cfg.data)[3][1]["content"] == "6"
+        run(cfg, run_dir=tmp_path / data[0])
+        assert json.loads((tmp_path / data[0] / "results.json").read_text())["train"]["steps"] == 1
+
+
+def test_bad_jsonl_rows_are_reported_with_line_number(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps({"text": "x"}) + "\n")
+    with pytest.raises(ConfigError, match=r"bad.jsonl:2: expected a non-empty 'messages' list"):
+        load_conversations(compose_train(["data=jsonl", f"data.path={path}"]).data)
+
+
+def test_chat_template_labels_all_tokens_or_assistant_only(micro_cache):
+    from hero.testbed import TINY_RECIPE, ensure_testbed
+
+    tokenizer = ensure_testbed(micro_cache, recipe=TINY_RECIPE).load_tokenizer()
+    messages = [{"role": "user", "content": "Where does Zaigra live?"}, {"role": "assistant", "content": "In Velmor."}]
+    full = tokenize_conversation(tokenizer, messages, max_length=512)
+    assert full["labels"] == full["input_ids"]
+    only = tokenize_conversation(tokenizer, messages, max_length=512, assistant_only=True)
+    kept = [t for t, label in zip(only["input_ids"], only["labels"]) if label != -100]
+    assert 0 < len(kept) < len(full["input_ids"])
+    assert "Velmor" in tokenizer.decode(kept) and "Zaigra" not in tokenizer.decode(kept)
+    assert len(tokenize_conversation(tokenizer, messages, max_length=5)["input_ids"]) == 5
+    batch = collate([full, tokenize_conversation(tokenizer, messages[:1], 512)], tokenizer.pad_token_id)
+    assert batch["attention_mask"].sum(1).tolist() == [len(full["input_ids"]), batch["attention_mask"][1].sum().item()]
+    assert torch.all(batch["labels"][batch["attention_mask"] == 0] == -100)
