@@ -28,6 +28,7 @@ from hero.model import RouterConfig, attach, save_router
 from hero.model.attach import LAYER_SETS, decoder_layers, resolve_layers
 from hero.model.io import backbone_fingerprint
 from hero.objectives import total_param_count
+from hero.summary import format_summary
 from hero.results import (RESULTS_FILENAME, SCHEMA_VERSION, config_hash, git_commit, now_iso, read_record, versions,
                           write_atomic)
 from hero.tracking import check_config as check_logger_config
@@ -124,7 +125,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
             write_atomic(root / "index" / f"{chash}.json", {"status": "completed", "record": str(path),
                                                              "run_dir": str(run_dir), "updated": now_iso()})
             tracker.summary(_flat_summary(record))
-            print(f"record: {path}", flush=True)
+            print(format_summary(record, str(path)), flush=True)
     remove_checkpoints(root / "checkpoints" / chash)
     return objective(record, cfg.objective)
 
