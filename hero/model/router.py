@@ -196,7 +196,7 @@ class Router(nn.Module):
                     nu = s.new_zeros(s.shape[0])
                 a = self.history_head(torch.cat([s, read, nu.unsqueeze(-1)], dim=-1)).squeeze(-1)
                 if c.memory_read and j < self.num_routable:
-                    S, zeta = self.write(carry, k, v, rho)
+                    S, zeta = self.write(carry, k, v, rho, first=j == 1)
                 else:
                     S, zeta = carry.S, carry.zeta
             p_hist = torch.sigmoid(a / c.T_hist)
@@ -215,9 +215,21 @@ class Router(nn.Module):
         nu = 1.0 - F.cosine_similarity(self.W_n(s), self.W_c(read), dim=-1, eps=self.config.eps)
         return read, nu
 
-    def write(self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """S_j = ρ S_{j−1} + φ(k) vᵀ,  ζ_j = ρ ζ_{j−1} + φ(k) (eq 12)."""
+    def write(self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor,
+              first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """S_j = ρ S_{j−1} + φ(k) vᵀ,  ζ_j = ρ ζ_{j−1} + φ(k) (eq 12).
+
+        ``first``: S_0 = ζ_0 = 0, so S_1 = φ(k) vᵀ and ζ_1 = φ(k) exactly (no ρ·0 pass).
+        The (N, d_m, d_m) update is one fused ``baddbmm`` pass over S instead of three
+        elementwise passes; without autograd ρ enters as a Python scalar (β).
+        """
         fk = phi(k)
-        S = rho * carry.S + fk.unsqueeze(-1) * v.unsqueeze(-2)
+        outer_l, outer_r = fk.unsqueeze(-1), v.unsqueeze(-2)
+        if first and not torch.is_grad_enabled():
+            return outer_l * outer_r, fk
+        if torch.is_grad_enabled() and (rho.requires_grad or carry.S.requires_grad):
+            S = torch.baddbmm(rho * carry.S, outer_l, outer_r)
+        else:
+            S = torch.baddbmm(carry.S, outer_l, outer_r, beta=float(rho))
         zeta = rho * carry.zeta + fk
         return S, zeta
