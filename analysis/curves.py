@@ -108,7 +108,8 @@ def reference_curves(all_curves: list[Curve], selector: str, option: str = "--cu
     return out
 
 
-def matched_skip(all_curves: list[Curve], references: dict[str, Curve], levels: list[float] | None = None) -> pl.DataFrame:
+def matched_skip(all_curves: list[Curve], references: dict[str, Curve],
+                 levels: list[float] | None = None) -> pl.DataFrame:
     """Each interpolable curve vs its backbone's reference at matched skip levels (%).
 
     ``levels`` defaults to the reference curve's own points. Rows outside a curve's

@@ -50,7 +50,8 @@ def execute_notebook(source: str | os.PathLike, dirs, out: str | os.PathLike | N
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if out is not None:
         env[OUT_ENV] = str(Path(out).parent / f"{source.stem}_figures")
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(source.parent)}})
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(source.parent)}})
     client.execute(env=env)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -167,8 +167,8 @@ def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, list[dic
         except json.JSONDecodeError as e:
             problems.append(_problem(name, "unreadable", f"JSONDecodeError: {e}"))
             continue
-        for field in DROPPED_FIELDS:
-            rec.pop(field, None)
+        for key in DROPPED_FIELDS:
+            rec.pop(key, None)
         records.append(rec)
         kept.append(name)
     if not records:
@@ -227,7 +227,8 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
     error = pl.col("error").cast(pl.String) if "error" in df.columns else pl.lit(None, pl.String)
     score_cols = [c for c in df.columns if c.startswith("score.")]
     scored = pl.any_horizontal(pl.col(c).is_not_null() for c in score_cols) if score_cols else pl.lit(False)
-    missing = pl.concat_str([pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in (*REQUIRED, "skip.param_rate")],
+    required = (*REQUIRED, "skip.param_rate")
+    missing = pl.concat_str([pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in required],
                             ignore_nulls=True).str.strip_chars()
     df = df.with_columns(_status=status, _error=error, _missing=missing, scored=scored).sort("path")
     failed = df.filter(pl.col("_status") != "completed")

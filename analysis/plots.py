@@ -52,7 +52,7 @@ def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path) -> P
 
 
 def quality_latency(latency: pl.DataFrame, metric: str, label: str, path: Path) -> Path | None:
-    """Quality vs each measured benchmark figure (``bench.<figure>.<shape>``), per group; ``None`` without benchmarks."""
+    """Quality vs each measured benchmark figure (``bench.<figure>.<shape>``), per group; ``None`` without any."""
     figures = [c.removesuffix(".mean") for c in latency.columns if c.startswith("bench.") and c.endswith(".mean")]
     if latency.height == 0 or not figures:
         return None

@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", default="1,2,3,4", help="which paper tables to build (default: 1,2,3,4)")
     p.add_argument("--main-alpha", type=float, default=1e-3, help="α of the main setting (default: 0.001)")
     p.add_argument("--main-memory-dim", type=int, default=64, help="memory dim of the main setting (default: 64)")
-    p.add_argument("--main-layer-set", default="second_half", help="layer set of the main setting (default: second_half)")
+    p.add_argument("--main-layer-set", default="second_half",
+                   help="layer set of the main setting (default: second_half)")
     p.add_argument("--baseline-table1", metavar="SEL", default="method=dense",
                    help="Retain baseline of Table 1, main results (default: method=dense, the Dense run)")
     p.add_argument("--baseline-table2", metavar="SEL",
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="curve the others are compared with at matched skip (default: "
                         "method=hero,variant=full,memory_dim=<main dim>,layer_set=<main layer set>)")
     p.add_argument("--matched-skip", metavar="PCTS",
-                   help="comma-separated skip rates in %% for matched comparisons (default: the reference curve's points)")
+                   help="comma-separated skip rates in %% for matched comparisons "
+                        "(default: the reference curve's points)")
     p.add_argument("--tasks", help="comma-separated task set for Retain (default: every task the baseline scores)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the t intervals (default: 0.95)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -129,8 +131,8 @@ def run_report(args: argparse.Namespace) -> dict:
     (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, curve_base, reference, runs.tasks))
     files.append(out / "matched_skip.md")
     summary["curves"] = {
-        "retain_baseline": {b: {"selector": x.selector, "group": x.label, "task_set": {t: runs.tasks[t] for t in x.tasks}}
-                            for b, x in curve_base.items()},
+        "retain_baseline": {b: {"selector": x.selector, "group": x.label,
+                                "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in curve_base.items()},
         "reference": {b: {"selector": reference, "curve": c.label} for b, c in refs["retain"].items()},
         "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
         "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
@@ -189,11 +191,13 @@ def _matched_markdown(matched: pl.DataFrame, areas: pl.DataFrame, base: dict, re
     lines = ["# Quality at matched skip (monotone fit, interpolated; no extrapolation)", "",
              f"Reference curve: `{reference}`. Retain baselines: "
              + "; ".join(x.describe(metrics) for x in base.values()), "",
-             "| backbone | curve | metric | skip % | quality | reference | difference |", "|---|---|---|---|---|---|---|"]
+             "| backbone | curve | metric | skip % | quality | reference | difference |",
+             "|---|---|---|---|---|---|---|"]
     for r in matched.iter_rows(named=True):
-        q = "out of range" if not r["in_range"] else f"{r['quality']:.2f} | {r['reference_quality']:.2f} | {r['difference']:+.2f}"
-        if not r["in_range"]:
-            q += " | – | –"
+        if r["in_range"]:
+            q = f"{r['quality']:.2f} | {r['reference_quality']:.2f} | {r['difference']:+.2f}"
+        else:
+            q = "out of range | – | –"
         lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
                      f"{r['metric']} | {r['skip']:.2f} | {q} |")
     lines += ["", "Area between each curve and the reference over their common skip interval "

@@ -115,7 +115,8 @@ def resolve_baselines(runs: pl.DataFrame, selector: str, option: str, metrics: d
         if groups.height != 1:
             what = "selects no runs" if groups.height == 0 else f"selects {groups.height} groups"
             candidates = groups if groups.height else runs.filter(pl.col("backbone") == backbone).select(KEYS).unique()
-            listed = [group_label(g, with_backbone=False) for g in candidates.sort(list(KEYS), nulls_last=True).to_dicts()]
+            candidates = candidates.sort(list(KEYS), nulls_last=True).to_dicts()
+            listed = [group_label(g, with_backbone=False) for g in candidates]
             more = f" … ({len(listed) - MAX_LISTED} more)" if len(listed) > MAX_LISTED else ""
             raise BaselineError(f"{option} {selector!r} {what} of backbone {backbone!r}; "
                                 f"{'matching' if groups.height else 'available'} groups: "
@@ -151,5 +152,6 @@ def with_retain(runs: pl.DataFrame, baselines: dict[str, Baseline], column: str 
         missing = pl.any_horizontal(r.is_null() for r in ratios)
         parts.append(runs.filter(pl.col("backbone") == backbone)
                      .with_columns(pl.when(missing).then(None).otherwise(retain).alias(column)))
-    others = runs.filter(~pl.col("backbone").is_in(list(baselines))).with_columns(pl.lit(None, pl.Float64).alias(column))
+    others = runs.filter(~pl.col("backbone").is_in(list(baselines)))
+    others = others.with_columns(pl.lit(None, pl.Float64).alias(column))
     return pl.concat([*parts, others], how="vertical_relaxed")

@@ -101,8 +101,8 @@ class Table:
         df = self.display()
         lines = [f"**{self.caption()[0]}**", ""] + [f"- {line}" for line in self.caption()[1:]] + [""]
         lines += _pipe_table(df.columns, df.rows())
-        lines += ["", f"Paired differences vs the baseline over shared seeds (run − baseline; mean ± std, "
-                      f"n shared seeds): Δ Retain, Δ Avg, Δ Skip.", ""]
+        lines += ["", "Paired differences vs the baseline over shared seeds (run − baseline; mean ± std, "
+                      "n shared seeds): Δ Retain, Δ Avg, Δ Skip.", ""]
         paired = self.paired.select(
             *(pl.col(c).map_elements(_fmt_label, return_dtype=pl.String).alias(HEADERS.get(c, c))
               for c in ("backbone", *self.spec.labels)),
@@ -114,15 +114,17 @@ class Table:
         df = self.display()
         caption = " ".join(_tex(line.rstrip(".") + ".") for line in self.caption())
         body = [" & ".join(_tex(v) for v in row) + r" \\" for row in df.rows()]
+        n_labels = len(self.spec.labels) + 1
         return "\n".join([r"\begin{table}[t]", r"\centering", r"\small",
                           rf"\caption{{{caption}}}", rf"\label{{tab:{self.spec.stem}}}",
-                          rf"\begin{{tabular}}{{{'l' * (len(self.spec.labels) + 1)}{'r' * (df.width - len(self.spec.labels) - 1)}}}",
+                          rf"\begin{{tabular}}{{{'l' * n_labels}{'r' * (df.width - n_labels)}}}",
                           r"\toprule", " & ".join(_tex(c) for c in df.columns) + r" \\", r"\midrule", *body,
                           r"\bottomrule", r"\end{tabular}", r"\end{table}"]) + "\n"
 
     def write(self, out: Path) -> list[Path]:
         """Write ``<stem>.md``, ``<stem>.csv``, ``<stem>.tex`` and ``<stem>_paired.csv`` under ``out``."""
-        paths = [out / f"{self.spec.stem}.{ext}" for ext in ("md", "csv", "tex")] + [out / f"{self.spec.stem}_paired.csv"]
+        stem = self.spec.stem
+        paths = [out / f"{stem}.{ext}" for ext in ("md", "csv", "tex")] + [out / f"{stem}_paired.csv"]
         paths[0].write_text(self.to_markdown())
         self.csv_frame().write_csv(paths[1])
         paths[2].write_text(self.to_latex())
@@ -187,9 +189,9 @@ def build_table(runs: pl.DataFrame, spec: TableSpec, metrics: dict[str, str], ta
 def _with_avg(rows: pl.DataFrame, base: Baseline) -> pl.DataFrame:
     """``avg``: the run's mean score over its backbone's task set (×100), null if a task is missing."""
     cols = [pl.col(f"score.{t}") for t in base.tasks]
-    return rows.with_columns((pl.sum_horizontal(cols).mul(100.0 / len(cols)))
-                             .pipe(lambda e: pl.when(pl.any_horizontal(c.is_null() for c in cols)).then(None).otherwise(e))
-                             .alias("avg"))
+    avg = pl.sum_horizontal(cols) * (100.0 / len(cols))
+    missing = pl.any_horizontal(c.is_null() for c in cols)
+    return rows.with_columns(pl.when(missing).then(None).otherwise(avg).alias("avg"))
 
 
 def _in_group(group: dict) -> pl.Expr:
@@ -222,6 +224,7 @@ def _pipe_table(header: list[str], rows: list[tuple]) -> list[str]:
 def _tex(text) -> str:
     text = str(text)
     for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("±", r"$\pm$"), ("×", r"$\times$"), ("α", r"$\alpha$"), ("Δ", r"$\Delta$"), ("—", "---"), ("–", "--")):
+                 ("±", r"$\pm$"), ("×", r"$\times$"), ("α", r"$\alpha$"), ("Δ", r"$\Delta$"),
+                 ("—", "---"), ("–", "--")):
         text = text.replace(a, b)
     return text

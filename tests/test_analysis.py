@@ -107,7 +107,8 @@ def test_unreadable_invalid_and_duplicate_records_are_listed(tmp_path):
 def test_run_without_task_scores_counts_for_skip_only(tmp_path):
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0))
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.3))
-    write_run(tmp_path, RunSpec(scores={}, skip=0.25, seed=43, extra={"eval_meta": {"suite": "none", "primary_metric": {}}}))
+    no_eval = {"eval_meta": {"suite": "none", "primary_metric": {}}}
+    write_run(tmp_path, RunSpec(scores={}, skip=0.25, seed=43, extra=no_eval))
     runs = load_runs([tmp_path])
     frame = runs.records.collect()
     assert runs.counts() == {"found": 3, "completed": 3}

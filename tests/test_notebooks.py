@@ -46,4 +46,5 @@ def test_notebook_executes_on_fixture_records(name, records, tmp_path):
     text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
                      for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert EXPECTED[name] in text
-    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs)

@@ -62,5 +62,6 @@ display(Image(path)) if path else print("no learned ρ in these records")
 by_type = [c for c in hero.columns if c.startswith("skip.by_token_type.")]
 if by_type:
     display(summarize(hero, by_type).select(*KEYS, "n", *(f"{c}.mean" for c in by_type)))
-usage = (layer_values(hero, "per_layer_ffn_rate").group_by("layer").agg(pl.col("value").mean().alias("ffn_usage")).sort("ffn_usage"))
+usage = (layer_values(hero, "per_layer_ffn_rate").group_by("layer")
+         .agg(pl.col("value").mean().alias("ffn_usage")).sort("ffn_usage"))
 print("layers by mean FFN usage (lowest = skipped most):", usage.to_dicts())
