@@ -57,10 +57,6 @@ class Runs:
     n_found: int
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def score_columns(self) -> list[str]:
-        return [f"score.{t}" for t in self.tasks]
-
     def counts(self) -> dict[str, int]:
         """How many run directories/records were found, completed, and of each problem kind."""
         out = {"found": self.n_found, "completed": self.records.select(pl.len()).collect().item()}
@@ -72,7 +68,9 @@ class Runs:
 def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
     """Walk ``paths`` (directories or ``results.json`` files); return (record files, incomplete run dirs + reason).
 
-    A directory holding a ``results.json`` is a finished run and is not searched further.
+    A directory holding a ``results.json`` is a finished run; one holding ``.hydra/``, ``checkpoints/`` or a
+    checkpoint file but no record is an incomplete run. Neither is searched further (what lies below is the
+    run's own output, e.g. router weights).
     """
     records, incomplete = [], []
     for p in map(Path, paths):
@@ -101,6 +99,7 @@ def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
                 continue
             if signs:
                 incomplete.append((d, _incomplete_reason(Path(d), sorted(signs))))
+                continue
             stack.extend(subdirs)
     return sorted(records), sorted(incomplete)
 
