@@ -164,6 +164,7 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
         "router": OmegaConf.to_container(cfg.router, resolve=True), "memory_dim": cfg.router.memory_dim,
         "eval": scores, "eval_meta": meta, "train": summary.as_record() if summary else None, "error": None,
     }
+    record["router_params"] = getattr(model, "hero_param_counts", None)
     record["retain"] = _retain(cfg, scores, meta, baseline)
     record["skip"], record["rho"] = _routing(cfg, model, tokenizer, layers, method, bed)
     tracker.log({f"eval/{task}/{metric}": v for task, ms in scores.items() for metric, v in ms.items()})

@@ -16,6 +16,9 @@ trial, benchmark — writes one record with these top-level fields:
     router          dict     resolved router options (position_state, aux_state,
                              history_branch, memory_read, memory_dim, ...)
     memory_dim      int
+    router_params   dict|None  HeRo only: trainable router + η parameter count of this variant
+                             and of full HeRo with the same sizes, adapters excluded
+                             (hero.model.controls.build_router)
     skip            dict     param_rate (realized, 0-1), per_layer_ffn_rate {layer: rate},
                              per_token {quantiles, histogram}, by_token_type {type: rate}
     eval            dict     {task: {metric: value}}

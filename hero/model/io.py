@@ -40,11 +40,17 @@ def backbone_fingerprint(model: nn.Module) -> dict:
     }
 
 
+def saved_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What a saved router holds: the trainable tensors and HeRo's own buffers (e.g. tracked read statistics)."""
+    buffers = {name: b for name, b in model.named_buffers() if is_hero_parameter(name)}
+    return {**trainable_parameters(model), **buffers}
+
+
 def save_router(model: nn.Module, directory: str | Path) -> Path:
-    """Write the router, adapters and η (trainable tensors only) plus their config."""
+    """Write the router, adapters and η (trainable tensors and HeRo buffers only) plus their config."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = {name: p.detach().contiguous().cpu() for name, p in trainable_parameters(model).items()}
+    tensors = {name: p.detach().contiguous().cpu() for name, p in saved_tensors(model).items()}
     save_file(tensors, str(directory / WEIGHTS_FILE))
     meta = {"router": model.hero_config.to_dict(), "layers": model.hero_layers, "backbone": backbone_fingerprint(model)}
     (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
@@ -74,7 +80,7 @@ def load_router(backbone: nn.Module, directory: str | Path) -> nn.Module:
     else:
         model = attach(backbone, layers=meta["layers"], config=config)
     state = load_file(str(weights_path))
-    params = trainable_parameters(model)
+    params = saved_tensors(model)
     if set(state) != set(params):
         missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
         raise HeRoConfigError(f"router in {directory} does not match this layer set: missing {missing[:3]}, unexpected {unexpected[:3]}")
