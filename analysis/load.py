@@ -82,11 +82,11 @@ def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
         stack = [str(p)]
         while stack:
             d = stack.pop()
-            finished, signs, subdirs = False, [], []
+            record, signs, subdirs = None, [], []
             with os.scandir(d) as it:
                 for e in it:
                     if e.name == RESULTS_FILENAME:
-                        finished = True
+                        record = e.path
                     elif e.is_dir(follow_symlinks=False):
                         if e.name in (".hydra", "checkpoints"):
                             signs.append(e.name + "/")
@@ -94,8 +94,8 @@ def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
                             subdirs.append(e.path)
                     elif e.name.endswith(CHECKPOINT_SUFFIXES):
                         signs.append(e.name)
-            if finished:
-                records.append(os.path.join(d, RESULTS_FILENAME))
+            if record is not None:
+                records.append(record)
                 continue
             if signs:
                 incomplete.append((d, _incomplete_reason(Path(d), sorted(signs))))

@@ -10,12 +10,14 @@ common to both.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import polars as pl
 
 from analysis.load import KEYS
 
 
+@lru_cache(maxsize=256)
 def t_quantile(level: float, df: int) -> float:
     """The t with P(|T| ≤ t) = ``level`` for Student's t with integer ``df`` ≥ 1.
 
@@ -27,7 +29,7 @@ def t_quantile(level: float, df: int) -> float:
     lo, hi = 0.0, 1.0
     while _t_central(hi, df) < level:
         hi *= 2.0
-    for _ in range(200):
+    for _ in range(64):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if _t_central(mid, df) < level else (lo, mid)
     return 0.5 * (lo + hi)
