@@ -129,7 +129,9 @@ class Router(nn.Module):
         return Carry(
             prev_hbar=zeros_h,
             prev_delta=zeros_h,
-            S=hbar.new_zeros((n, d_m, d_m), dtype=torch.float32),
+            # S_0 = 0 as a broadcast view: block 1 never reads it and its write does not
+            # need it, so the (N, d_m, d_m) zeros are never materialised.
+            S=hbar.new_zeros((), dtype=torch.float32).expand(n, d_m, d_m),
             zeta=hbar.new_zeros((n, d_m), dtype=torch.float32),
             p_hist=ones,
             m_hist=ones,
@@ -175,16 +177,23 @@ class Router(nn.Module):
             hbar = hbar.float()
             x_path, delta = self.path_vector(j, hbar, carry)
             normed = self.norm(hbar)
-            b = self.local_head(normed).squeeze(-1)
+            if c.history_branch:
+                # local head (eq 16) and content encoder (eq 5) read the same RMSNorm(h̄) and
+                # both start with Linear + SiLU: one fused matmul, split afterwards.
+                local_hidden, content_hidden = self._fused_first_layer(normed)
+            else:
+                local_hidden = F.silu(self.local_head[0](normed))
+            b = self.local_head[2](local_hidden).squeeze(-1)
             if not c.history_branch:
                 a = torch.zeros_like(b)
                 read = hbar.new_zeros((hbar.shape[0], c.memory_dim))
                 nu = torch.zeros_like(b)
                 S, zeta = carry.S, carry.zeta
             else:
-                z_h = self.content_up(F.silu(self.content_down(normed)))
+                z_h = self.content_up(content_hidden)
                 if c.aux_state:
-                    z_a = self.path_encoder(x_path[:, list(c.path_features)])
+                    features = x_path if len(c.path_features) == x_path.shape[-1] else x_path[:, list(c.path_features)]
+                    z_a = self.path_encoder(features)
                     s = torch.cat([z_h, z_a], dim=-1)
                 else:
                     s = z_h
@@ -205,6 +214,28 @@ class Router(nn.Module):
         decision = Decision(gate, a, b, p_hist, m_hist, x_path, read, nu)
         new_carry = Carry(prev_hbar=hbar, prev_delta=delta, S=S, zeta=zeta, p_hist=p_hist, m_hist=m_hist)
         return decision, new_carry
+
+    def _fused_first_layer(self, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """SiLU(local_head[0](x)), SiLU(content_down(x)) from one matmul over [W_ψ1 ; W_hd].
+
+        The parameters stay separate (state dict, optimiser); the concatenated weight is
+        rebuilt per call under autograd and cached otherwise (keyed on the parameters'
+        storage and version counters, so in-place updates invalidate it).
+        """
+        first, down = self.local_head[0], self.content_down
+        params = (first.weight, first.bias, down.weight, down.bias)
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            weight, bias = torch.cat([first.weight, down.weight]), torch.cat([first.bias, down.bias])
+        else:
+            key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+            cached = self.__dict__.get("_fused_cache")
+            if cached is None or cached[0] != key:
+                with torch.no_grad():
+                    cached = (key, torch.cat([first.weight, down.weight]), torch.cat([first.bias, down.bias]))
+                self.__dict__["_fused_cache"] = cached
+            _, weight, bias = cached
+        hidden = F.silu(F.linear(normed, weight, bias))
+        return hidden[:, :first.out_features], hidden[:, first.out_features:]
 
     def read(self, s: torch.Tensor, q: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, torch.Tensor]:
         """c_j = φ(q)ᵀ S_{j−1} / (φ(q)ᵀ ζ_{j−1} + ε) (eq 11) and ν_j = 1 − cos(W_n s, W_c c) (eq 13)."""
