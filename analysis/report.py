@@ -33,8 +33,19 @@ from analysis.retain import BaselineError, resolve_baselines, with_retain
 from analysis.stats import summarize
 from analysis.tables import Table, build_table, paper_tables
 
-SELECTOR_HELP = ("A selector is key=value[,key=value...] over run fields (method, variant, alpha, memory_dim, "
-                 "layer_set, backbone, ...); it must pick exactly one group per backbone, else the report stops.")
+SELECTOR_HELP = """\
+Baselines. Every Retain is 100 x the mean over the task set of (score / baseline score),
+against a NAMED baseline chosen by a selector: key=value[,key=value...] over run fields
+(method, variant, alpha, memory_dim, layer_set, seed, router.memory_read, ...). A table's
+selector is applied to that table's rows, the curve baseline to all scored runs; it must
+pick exactly one group (backbone, method, variant, alpha, memory_dim, layer_set) per
+backbone, else the report stops with an error listing the groups there. Table rows:
+  1 main         every non-HeRo method + full HeRo at the main alpha and memory dim
+  2 alpha_sweep  full HeRo at the main memory dim and layer set, one row per alpha
+  3 ablations    HeRo variants at the main alpha, memory dim and layer set
+  4 memory_dim   full HeRo at the main alpha and layer set, one row per memory dim
+The task set is every task the baseline scores in all its seeds (or --tasks); it is
+printed with every table, in every format."""
 
 
 def build_parser() -> argparse.ArgumentParser:
