@@ -855,6 +855,10 @@ def load_study(path: str | os.PathLike) -> dict:
         study = yaml.safe_load(f)
     study.setdefault("name", Path(path).stem)
     study.setdefault("entry", "train.py")
+    if not Path(study["entry"]).exists():  # studies live in <repo>/sweeps/, entries at <repo>/
+        beside = Path(path).resolve().parent.parent / study["entry"]
+        if beside.exists():
+            study["entry"] = str(beside)
     study.setdefault("overrides", [])
     study.setdefault("grid", {})
     study.setdefault("variants", [{"name": "main", "overrides": []}])
@@ -869,20 +873,39 @@ def _grid_size(grid: dict) -> int:
     return n
 
 
+def _okey(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def study_commands(study: dict, extra: Sequence[str] = (), sweep_root: str = "multirun/studies") -> list[list[str]]:
-    """One ``python train.py -m ...`` per variant of the study, all into one sweep dir."""
+    """One ``python train.py -m ...`` per variant of the study, all into one sweep dir
+    (``<sweep_root>/<name>``). Later overrides replace earlier ones with the same key:
+    study < variant < grid < ``extra`` (so ``model=tiny`` on the command line wins)."""
     cmds = []
     for var in study["variants"]:
+        merged: dict[str, str] = {}
         grid = {**study["grid"], **(var.get("grid") or {})}
-        args = [sys.executable, study["entry"], "-m"]
-        args += list(study["overrides"]) + list(var.get("overrides") or [])
+        items = list(study["overrides"]) + list(var.get("overrides") or [])
         for k, v in grid.items():
             vals = v if isinstance(v, list) else [v]
-            args.append(f"{k}={','.join(str(x) for x in vals)}")
-        args.append(f"hydra.sweep.dir={sweep_root}/{study['name']}")
-        args += list(extra)
-        cmds.append(args)
+            items.append(f"{k}={','.join(str(x) for x in vals)}")
+        items.append(f"hydra.sweep.dir={sweep_root}/{study['name']}")
+        for o in [*items, *extra]:
+            merged.pop(_okey(o), None)
+            merged[_okey(o)] = o
+        cmds.append([sys.executable, study["entry"], "-m", *merged.values()])
     return cmds
+
+
+def command_size(cmd: Sequence[str]) -> int:
+    """Jobs of one multirun command line (product of the comma-separated sweeps)."""
+    n = 1
+    for o in cmd[3:]:
+        if "=" in o and not _okey(o).startswith("hydra"):
+            val = o.split("=", 1)[1]
+            if "," in val and not val.strip().startswith(("[", "{")):
+                n *= len(val.split(","))
+    return n
 
 
 def study_size(study: dict) -> int:
@@ -910,7 +933,12 @@ def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
 
 def _cli_sweep(args: argparse.Namespace) -> int:
     study = load_study(args.study)
-    cmds = study_commands(study, args.overrides, args.sweep_root)
+    extra = list(args.overrides)
+    launcher = next((o.split("=", 1)[1] for o in extra if _okey(o) == "hydra/launcher"), "")
+    to_cluster = launcher.startswith("slurm") or launcher == "local"
+    if to_cluster and not args.wait and not any(_okey(o) == "hydra.launcher.wait" for o in extra):
+        extra.append("hydra.launcher.wait=false")  # submit every variant's array, then return
+    cmds = study_commands(study, extra, args.sweep_root)
     n = study_size(study)
     expected = study.get("expected_jobs")
     print(f"study {study['name']}: {len(study['variants'])} variant(s), {n} job(s)"
@@ -923,6 +951,9 @@ def _cli_sweep(args: argparse.Namespace) -> int:
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         if not args.dry_run:
             rc = subprocess.call(cmd) or rc
+    sweep_dir = f"{args.sweep_root}/{study['name']}"
+    if to_cluster and not args.dry_run:
+        print(f"state:   python -m hero.launch status {sweep_dir}\nrecords: python -m hero.launch collect {sweep_dir}")
     return rc
 
 
@@ -939,8 +970,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sp.add_argument("study", help="sweeps/<name>.yaml")
     sp.add_argument("overrides", nargs="*", help="extra overrides, e.g. hydra/launcher=slurm hydra.launcher.wait=false")
     sp.add_argument("--dry-run", action="store_true", help="print the commands and the job count only")
+    sp.add_argument("--wait", action="store_true",
+                    help="with a SLURM launcher, wait for each variant's array (default: submit all and return)")
     sp.add_argument("--sweep-root", default="multirun/studies")
-    args = ap.parse_args(argv)
+    args, unknown = ap.parse_known_args(argv)
+    if unknown and args.cmd != "sweep":
+        ap.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.cmd == "sweep":
+        args.overrides = list(args.overrides) + unknown
     if args.cmd == "status":
         return _cli_status(args, collect_records=False)
     if args.cmd == "collect":
