@@ -28,7 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.curves import area_between, curve_points, curves, latency_points, matched_skip, reference_curves
-from analysis.load import Runs, load_runs
+from analysis.load import KEYS, Runs, load_runs
 from analysis.retain import BaselineError, resolve_baselines, with_retain
 from analysis.stats import summarize
 from analysis.tables import Table, build_table, paper_tables
@@ -115,6 +115,8 @@ def run_report(args: argparse.Namespace) -> dict:
             "rows": table.stats.height, "runs": table.runs.height, "row_filter": spec.rows,
             "baseline": {b: {"option": x.option, "selector": x.selector, "group": x.label, "seeds": list(x.seeds),
                              "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in table.baselines.items()},
+            "values": table.stats.select(*KEYS, "n", *(f"{m}.{s}" for m in ("retain", "skip", "avg")
+                                                      for s in ("mean", "std", "ci_lo", "ci_hi"))).to_dicts(),
             "notes": table.notes}
 
     curve_base = resolve_baselines(frame.filter(pl.col("scored")), args.curve_baseline, "--curve-baseline", runs.tasks,

@@ -277,6 +277,8 @@ def test_report_produces_every_table_and_plot(report):
     summary = json.loads((report / "summary.json").read_text())
     assert summary["counts"] == {"found": 65, "completed": 63, "failed": 1, "incomplete": 1}
     assert all(v for v in summary["plots"].values())
+    full = next(r for r in summary["tables"]["table1_main"]["values"] if r["method"] == "hero")
+    assert full["retain.mean"] == pytest.approx(98.0) and full["skip.mean"] == pytest.approx(27.0)
 
 
 @pytest.mark.parametrize("number,selector,group", [
