@@ -193,7 +193,7 @@ def allreduce_gradients(parameters: Iterable[Any], average: bool = True) -> None
 
     Frozen parameters (``requires_grad=False``) are skipped. A trainable parameter with no gradient on
     this rank (e.g. an adapter no token was routed to) contributes zeros, so every rank runs the same
-    collective and ends with identical gradients. Equivalent to single-process training on the
+    collective and ends with identical gradients; one with no gradient on any rank stays ``None``. Equivalent to single-process training on the
     concatenated global batch when each rank's loss is the mean over an equal share of it.
     """
     import torch
@@ -202,6 +202,13 @@ def allreduce_gradients(parameters: Iterable[Any], average: bool = True) -> None
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
     params = [p for p in parameters if p.requires_grad]
+    if not params:
+        return
+    # Which parameters got a gradient on SOME rank: those reduce (zeros where absent); a parameter
+    # without a gradient on every rank keeps grad None, as in single-process training.
+    has = torch.tensor([0.0 if p.grad is None else 1.0 for p in params], device=params[0].device)
+    dist.all_reduce(has, op=dist.ReduceOp.SUM)
+    params = [p for p, h in zip(params, has.tolist()) if h > 0]
     if not params:
         return
     for p in params:

@@ -1,0 +1,245 @@
+"""Dispatch without a cluster: submitit-local multiruns, DDP on CPU (gloo, 2 processes), the DDP env
+under torchrun / srun / submitit-local, job identity, W&B run ids, presets and named studies."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from slurm_fixtures import REPO, app_env, records, run_app, write_app  # noqa: E402
+
+from hero import launch  # noqa: E402
+
+# ----------------------------------------------------------------------------- submitit local
+
+
+def test_submitit_local_multirun_records_summary_and_skip(tmp_path):
+    sweep = tmp_path / "sweep"
+    app = write_app(tmp_path / "app", sweep)
+    r = run_app(app, "seed=1,2", "hydra/launcher=hero_local")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    recs = records(sweep)
+    assert sorted(rec["seed"] for rec in recs.values()) == [1, 2]
+    assert sorted(recs) == sorted(launch.job_key([f"seed={s}"], rec["config_hash"]) for s, rec in
+                                  ((rec["seed"], rec) for rec in recs.values()))
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["counts"] == {"COMPLETED": 2}
+    # relaunch with one more seed: the two finished jobs are skipped, only seed 3 runs
+    r = run_app(app, "seed=1,2,3", "hydra/launcher=hero_local")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    manifest = json.loads(sorted((sweep / "manifests").glob("*.json"))[-1].read_text())
+    assert (manifest["n_submitted"], manifest["n_skipped"]) == (1, 2)
+    assert sorted(rec["seed"] for rec in records(sweep).values()) == [1, 2, 3]
+
+
+def test_submitit_local_failure_is_reported_and_the_rest_finishes(tmp_path):
+    sweep = tmp_path / "sweep"
+    app = write_app(tmp_path / "app", sweep)
+    r = run_app(app, "seed=1,2", "hydra/launcher=hero_local", env=app_env({"APP_FAIL_SEEDS": "1"}))
+    assert r.returncode != 0
+    summary = json.loads((sweep / "summary.json").read_text())
+    assert summary["counts"] == {"COMPLETED": 1, "FAILED": 1}
+    assert "deliberate failure (seed 1)" in summary["failed"][0]["error"]
+    assert Path(summary["failed"][0]["log"]).exists()
+    assert [rec["seed"] for rec in records(sweep).values()] == [2]
+
+
+# ----------------------------------------------------------------------------- DDP
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    m[0].requires_grad_(False)  # the frozen "backbone", replicated on every rank
+    m.unused = torch.nn.Parameter(torch.ones(3))  # trainable but never in the graph: grad stays None
+    return m
+
+
+def _batches(steps: int, global_batch: int):
+    g = torch.Generator().manual_seed(123)
+    return [(torch.randn(global_batch, 8, generator=g), torch.randn(global_batch, 4, generator=g)) for _ in range(steps)]
+
+
+def _train(rank: int, world: int, steps: int = 5, global_batch: int = 8) -> dict:
+    model = _model()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.01)
+    for x, y in _batches(steps, global_batch):
+        xs, ys = launch.shard(x, rank, world), launch.shard(y, rank, world)
+        loss = torch.nn.functional.mse_loss(model(xs), ys)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        launch.allreduce_gradients(model.parameters())
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()} | {"unused": model.unused.detach().clone()}
+
+
+def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    r, w = launch.init_distributed()
+    assert (r, w) == (rank, world)
+    assert launch.init_distributed() == (rank, world)  # idempotent
+    state = _train(r, w)
+    if launch.is_main_process():  # rank 0 writes
+        torch.save(state, out)
+    launch.barrier()
+    launch.destroy_distributed()
+
+
+def test_ddp_two_gloo_processes_match_single_process_on_the_same_global_batch(tmp_path):
+    out = tmp_path / "ddp.pt"
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    ddp = torch.load(out)
+    single = _train(0, 1)
+    assert set(ddp) == set(single)
+    for k in single:
+        torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=1e-6, msg=f"{k} differs")
+    assert torch.equal(ddp["unused"], torch.ones(3)), "a parameter no rank used must not be updated"
+    assert not torch.equal(ddp["2.weight"], _model().state_dict()["2.weight"]), "training did nothing"
+
+
+def test_init_distributed_is_a_noop_for_one_process(monkeypatch):
+    for k in ("WORLD_SIZE", "RANK", "SLURM_STEP_NUM_TASKS", "SUBMITIT_LOCAL_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    assert launch.init_distributed() == (0, 1)
+    assert launch.is_main_process() and launch.get_world_size() == 1
+
+
+def test_distributed_env_from_torchrun_srun_and_submitit_local(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith(("SLURM_", "SUBMITIT_")) or k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
+                                                           "MASTER_PORT"):
+            monkeypatch.delenv(k, raising=False)
+    assert launch.distributed_env() == {}
+    # srun step with 2 tasks (submitit tasks_per_node=2 under SLURM)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[003-005,007]")
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
+    env = launch.distributed_env()
+    assert env == {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu003",
+                   "MASTER_PORT": str(launch._port_for("4242"))}
+    # a python started directly in a 2-task batch script (no srun step) is NOT a 2-process world
+    monkeypatch.delenv("SLURM_STEP_NUM_TASKS")
+    assert launch.distributed_env() == {}
+    # submitit local tasks
+    monkeypatch.setenv("SUBMITIT_LOCAL_NTASKS", "2")
+    monkeypatch.setenv("SUBMITIT_LOCAL_GLOBALID", "0")
+    monkeypatch.setenv("SUBMITIT_LOCAL_LOCALID", "0")
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "777")
+    assert launch.distributed_env()["WORLD_SIZE"] == "2"
+    # torchrun wins
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    assert launch.distributed_env()["RANK"] == "3"
+
+
+def test_first_host_parsing(monkeypatch):
+    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
+    assert launch._first_host("vm") == "vm"
+    assert launch._first_host("node[01-04],cpu7") == "node01"
+    assert launch._first_host("a1,a2") == "a1"
+    assert launch._first_host(None) == "127.0.0.1"
+
+
+# ----------------------------------------------------------------------------- identity, W&B
+
+
+def test_job_key_is_stable_safe_and_ignores_hydra_overrides():
+    a = launch.job_key(["seed=42", "ablation=no_memory_read"], "0123456789abcdef")
+    b = launch.job_key(["ablation=no_memory_read", "seed=42", "hydra.launcher.wait=false"], "0123456789abcdef")
+    assert a == b == "ablation=no_memory_read,seed=42__01234567"
+    assert "/" not in launch.job_key(["model=org/name", "layers.indices=[1,2]"], "f" * 16)
+    long = launch.job_key([f"router.k{i}=v{i}" for i in range(40)], "a" * 16)
+    assert len(long) < 120 and long.endswith("__aaaaaaaa")
+
+
+def test_wandb_run_id_is_created_once_per_run_dir(tmp_path):
+    rid = launch.wandb_run_id(tmp_path / "run")
+    assert rid == launch.wandb_run_id(tmp_path / "run")
+    assert rid != launch.wandb_run_id(tmp_path / "other")
+
+
+def test_checkpoint_hooks_run_on_preemption_and_requeue_same_call():
+    saved = []
+    undo = launch.register_checkpoint_fn(lambda: saved.append("saved"))
+    try:
+        job = launch.HydraJob(None, None, None)
+        delayed = job.checkpoint(["seed=1"], "hydra.sweep.dir", 0, "seed=1__x", {})
+        assert saved == ["saved"] and launch.preemption_requested()
+        assert delayed.function is job and delayed.args[0] == ["seed=1"]
+    finally:
+        undo()
+        launch._PREEMPTED.clear()
+
+
+# ----------------------------------------------------------------------------- presets and studies
+
+
+PRESETS = sorted(p.stem for p in (REPO / "conf" / "hydra" / "launcher").glob("*.yaml") if p.stem != "local")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_launcher_presets_compose(preset):
+    from hydra import compose, initialize_config_dir
+
+    name = preset if preset != "local.example" else None
+    if name is None:
+        pytest.skip("template (copied to local.yaml by users)")
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=[f"hydra/launcher={name}"], return_hydra_config=True)
+    lc = cfg.hydra.launcher
+    assert lc._target_.startswith("hydra_plugins.hero_launcher.Hero")
+    assert lc.skip_existing is True and "max_num_timeout" in lc
+    if "slurm" in name:
+        assert lc.signal_delay_s > 0 and lc.array_parallelism >= 1
+
+
+STUDIES = sorted((REPO / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("study_path", STUDIES, ids=[p.stem for p in STUDIES])
+def test_studies_count_their_jobs_and_compose(study_path):
+    from hydra import compose, initialize_config_dir
+
+    study = launch.load_study(study_path)
+    assert study.get("expected_jobs") == launch.study_size(study), "expected_jobs must match the grid"
+    cmds = launch.study_commands(study)
+    assert sum(launch.command_size(c) for c in cmds) == study["expected_jobs"]
+    assert all(any(o.startswith("hydra.sweep.dir=") for o in c) for c in cmds)
+    # the first point of every variant composes with the real config tree
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for cmd in cmds:
+            point = [o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
+                     for o in cmd[3:] if not o.startswith("hydra.")]
+            try:
+                compose(config_name="train", overrides=point)
+            except Exception as e:  # noqa: BLE001
+                if "Could not find" in str(e) and "ablation" in str(e) and study["name"] == "controls":
+                    pytest.skip(f"controls variants not in conf/ablation yet: {e}")
+                raise
+
+
+def test_sweep_runner_dry_run_prints_commands_and_count():
+    r = subprocess.run([sys.executable, "-m", "hero.launch", "sweep", str(REPO / "sweeps" / "table2.yaml"),
+                        "--dry-run", "hydra/launcher=slurm_testbed"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert "12 job(s) (expected 12)" in r.stdout
+    assert "alpha=1e-4,3e-4,5e-4,1e-3" in r.stdout and "hydra.launcher.wait=false" in r.stdout
