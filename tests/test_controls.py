@@ -18,9 +18,9 @@ from test_core import SMALL, batch_with_padding, small_llama, spread_gates
 CONTROLS = ("param_matched_local", "shuffled_history", "random_history", "recent_state_only")
 
 
-def routed(**options):
-    """All six layers routable, gates spread on both sides of τ; same weights for the same options' shapes."""
-    model = hero.attach(small_llama(), "all", **options)
+def routed(layers="all", **options):
+    """All six layers routable (by default), gates on both sides of τ; same weights for the same shapes."""
+    model = hero.attach(small_llama(), layers, **options)
     spread_gates(model)
     return model
 
@@ -249,7 +249,7 @@ def test_checkpointing_recomputes_the_same_random_draws(control):
     """Same gradients with and without gradient checkpointing; statistics updated once per forward pass."""
     grads, updates = [], []
     for checkpointing in (False, True):
-        model = routed(history_control=control)
+        model = routed("second_half", history_control=control)
         if checkpointing:
             model.activation_checkpointing_enable()
         model.train()
