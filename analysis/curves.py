@@ -152,18 +152,6 @@ def area_between(all_curves: list[Curve], references: dict[str, Curve]) -> pl.Da
                          "area": pl.Float64, "mean_gap": pl.Float64})
 
 
-def latency_points(runs: pl.DataFrame, metrics: list[str], level: float = 0.95) -> pl.DataFrame:
-    """Seed statistics of every ``bench.*`` column and ``metrics`` for the groups that have benchmark figures.
-
-    Empty (no rows) when no record carries a ``bench`` field.
-    """
-    bench = [c for c in runs.columns if c.startswith("bench.") and runs[c].dtype.is_numeric()]
-    if not bench:
-        return pl.DataFrame()
-    have = runs.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in bench))
-    return summarize(have, [*bench, *metrics], level=level)
-
-
 def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:
     full = {"backbone": pl.String, "method": pl.String, "variant": pl.String, "memory_dim": pl.Int64,
             "layer_set": pl.String, **schema}

@@ -7,7 +7,8 @@ to dotted columns (``skip.param_rate``, ``train.final_loss``,
 lists stay lists (``skip.per_token.histogram.counts``). Fields this module does not
 know about are kept the same way, so a newer schema loads without changes; a field
 absent from a record is null in its row. The fully resolved ``config`` is dropped
-(``config_hash`` identifies it). If polars cannot combine the records (a corrupt
+(``config_hash`` identifies it) except ``config.router.checkpoint``, which links a
+benchmark record to the trained run it measured. If polars cannot combine the records (a corrupt
 file, or one field with incompatible types across records) they are parsed one by
 one instead: corrupt files are listed as unreadable, types are coerced.
 
@@ -39,6 +40,8 @@ KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set")
 """The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds)."""
 REQUIRED = ("backbone", "method", "variant", "seed")
 DROPPED_FIELDS = ("config",)
+KEPT_CONFIG_FIELDS = (("router", "checkpoint"),)
+"""Kept from the dropped config as ``config.<a>.<b>`` columns (the router a benchmark record measured)."""
 LAYER_PREFIXES = {"per_layer_ffn_rate": "skip.per_layer_ffn_rate.", "rho": "rho."}
 """Per-layer maps, flattened to one column per layer: ``<prefix><layer>``."""
 PRUNED_DIRS = {".hydra", "checkpoints", "wandb", ".git", "__pycache__", ".submitit", ".ipynb_checkpoints"}
@@ -156,7 +159,7 @@ def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, list[dic
         return pl.DataFrame(), []
     try:
         df = pl.read_ndjson(b"\n".join(blobs), infer_schema_length=None)
-        return df.drop([c for c in DROPPED_FIELDS if c in df.columns]).with_columns(path=pl.Series(names)), []
+        return _drop_config(df).with_columns(path=pl.Series(names)), []
     except pl.exceptions.PolarsError:
         pass
     records, kept, problems = [], [], []
@@ -166,14 +169,28 @@ def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, list[dic
         except json.JSONDecodeError as e:
             problems.append(_problem(name, "unreadable", f"JSONDecodeError: {e}"))
             continue
-        for key in DROPPED_FIELDS:
-            rec.pop(key, None)
         records.append(rec)
         kept.append(name)
     if not records:
         return pl.DataFrame(), problems
     df = pl.from_dicts(records, infer_schema_length=None, strict=False)
-    return df.with_columns(path=pl.Series(kept)), problems
+    return _drop_config(df).with_columns(path=pl.Series(kept)), problems
+
+
+def _drop_config(df: pl.DataFrame) -> pl.DataFrame:
+    """Drop ``DROPPED_FIELDS``, keeping ``KEPT_CONFIG_FIELDS`` of the config as columns."""
+    if "config" in df.columns and isinstance(df.schema["config"], pl.Struct):
+        kept = []
+        for path in KEPT_CONFIG_FIELDS:
+            expr, dtype = pl.col("config"), df.schema["config"]
+            for name in path:
+                if not isinstance(dtype, pl.Struct) or name not in {f.name for f in dtype.fields}:
+                    break
+                expr, dtype = expr.struct.field(name), next(f.dtype for f in dtype.fields if f.name == name)
+            else:
+                kept.append(expr.alias(".".join(("config", *path))))
+        df = df.with_columns(kept)
+    return df.drop([c for c in DROPPED_FIELDS if c in df.columns])
 
 
 def _score(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str], list[str]]:

@@ -19,6 +19,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis.curves import CURVE_KEYS, curves  # noqa: E402
 from analysis.tables import close_to  # noqa: E402
+from analysis.latency import PLOTTED_FIGURES  # noqa: E402
 from analysis.load import KEYS, layer_values  # noqa: E402
 
 DPI = 120
@@ -52,19 +53,24 @@ def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path) -> P
 
 
 def quality_latency(latency: pl.DataFrame, metric: str, label: str, path: Path) -> Path | None:
-    """Quality vs each measured benchmark figure (``bench.<figure>.<shape>``), per group; ``None`` without any."""
-    figures = [c.removesuffix(".mean") for c in latency.columns if c.startswith("bench.") and c.endswith(".mean")]
+    """Per plotted benchmark figure and shape: quality vs the figure (records linked to a quality, top) and the
+    figure vs realized skip (every benchmark record, bottom); ``None`` without benchmark records."""
+    figures = [c for c in latency.columns if c.startswith("bench.") and c.split(".")[1] in PLOTTED_FIGURES]
     if latency.height == 0 or not figures:
         return None
-    fig, axes = plt.subplots(1, len(figures), figsize=(4.5 * len(figures), 3.8), squeeze=False)
-    for ax, fig_name in zip(axes[0], figures):
-        part = latency.filter(pl.col(f"{fig_name}.mean").is_not_null())
+    fig, axes = plt.subplots(2, len(figures), figsize=(4.5 * len(figures), 7.0), squeeze=False)
+    for top, bottom, name in zip(axes[0], axes[1], figures):
+        part = latency.filter(pl.col(name).is_not_null())
         for row in part.iter_rows(named=True):
-            ax.errorbar(row[f"{fig_name}.mean"], row[f"{metric}.mean"], xerr=row[f"{fig_name}.std"] or 0,
-                        yerr=row[f"{metric}.std"] or 0, fmt="o", ms=4, capsize=2, label=_group(row))
-        ax.set(xlabel=fig_name.removeprefix("bench."), ylabel=label)
-        ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+            tag = f"{row['method']}/{row['variant']} s{row['seed']}"
+            if row[metric] is not None:
+                top.plot(row[name], row[metric], "o", label=tag)
+            bottom.plot(row["skip"], row[name], "o", label=tag)
+        top.set(xlabel=name.removeprefix("bench."), ylabel=label)
+        bottom.set(xlabel="realized parameter skip (%)", ylabel=name.removeprefix("bench."))
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    axes[1][-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return _save(fig, path)
 
 
@@ -156,10 +162,6 @@ def _layer_long(runs: pl.DataFrame, name: str) -> pl.DataFrame:
             .sort(*KEYS, "layer", nulls_last=True))
     label = pl.format("{} {}/{} α={} d_m={} {}", *(pl.col(k).cast(pl.String) for k in KEYS))
     return long.select(label.alias("group"), pl.col("layer").cast(pl.String), "value")
-
-
-def _group(row: dict) -> str:
-    return f"{row['method']}/{row['variant']} α={row['alpha']:g} d_m={row['memory_dim']}"
 
 
 def _save(fig, path: Path) -> Path:

@@ -9,7 +9,8 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   including runs without task scores (skip statistics only);
 * ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv`` — quality–cost curves,
   comparisons at matched skip and areas between curves (``analysis.curves``);
-* ``latency.csv`` when records carry benchmark figures;
+* ``latency.csv`` when records carry benchmark figures: every benchmark record with
+  the quality of the run it measured (``analysis.latency``);
 * ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
 * PNG plots (``analysis.plots``) and ``summary.json``;
 * with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
@@ -27,7 +28,8 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.curves import area_between, curve_points, curves, latency_points, matched_skip, reference_curves
+from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves
+from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, load_runs
 from analysis.retain import BaselineError, resolve_baselines, with_retain
 from analysis.stats import summarize
@@ -119,8 +121,7 @@ def run_report(args: argparse.Namespace) -> dict:
                                                       for s in ("mean", "std", "ci_lo", "ci_hi"))).to_dicts(),
             "notes": table.notes}
 
-    curve_base = resolve_baselines(frame.filter(pl.col("scored")), args.curve_baseline, "--curve-baseline", runs.tasks,
-                                   tasks)
+    curve_base = resolve_baselines(frame, args.curve_baseline, "--curve-baseline", runs.tasks, tasks)
     scored = with_retain(frame, curve_base)
     task_cols = list(dict.fromkeys(f"score.{t}" for b in curve_base.values() for t in b.tasks))
     scored = scored.with_columns(*(pl.col(c) * 100.0 for c in task_cols))
@@ -130,6 +131,7 @@ def run_report(args: argparse.Namespace) -> dict:
     groups = groups.with_columns(pl.col("backbone").replace_strict(base_label, default=None).alias("retain_baseline"))
     files.append(_csv(groups, out / "groups.csv"))
 
+    latency = latency_table(scored, ["retain", *task_cols])
     scored = scored.filter(pl.col("scored"))
     points = curve_points(scored, ["retain", *task_cols], level=args.level)
     files.append(_csv(points, out / "curves.csv"))
@@ -150,7 +152,6 @@ def run_report(args: argparse.Namespace) -> dict:
         "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
         "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
     }
-    latency = latency_points(scored, ["retain"], level=args.level)
     if latency.height:
         files.append(_csv(latency, out / "latency.csv"))
     else:

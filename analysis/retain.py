@@ -103,10 +103,12 @@ def selector_expr(text: str, schema: pl.Schema, option: str = "selector") -> pl.
 
 def resolve_baselines(runs: pl.DataFrame, selector: str, option: str, metrics: dict[str, str],
                       tasks: list[str] | None = None) -> dict[str, Baseline]:
-    """The baseline of every backbone in ``runs`` (candidates are ``runs`` themselves); see the module docstring.
+    """The baseline of every backbone in ``runs`` (candidates: the runs with task scores); see the module docstring.
 
     ``metrics`` maps task → primary metric; ``tasks`` restricts the task set.
     """
+    if "scored" in runs.columns:
+        runs = runs.filter(pl.col("scored"))
     chosen = runs.filter(selector_expr(selector, runs.schema, option))
     out = {}
     for backbone in sorted(runs["backbone"].unique().to_list()):

@@ -48,7 +48,8 @@ def test_results_filename_matches_the_schema():
 # --- loading --------------------------------------------------------------------------------------------------------
 
 def test_loader_counts_and_lists_failed_and_incomplete_runs(runs, records):
-    assert runs.counts() == {"found": 65, "completed": 63, "failed": 1, "incomplete": 1}
+    assert runs.counts() == {"found": 70, "completed": 68, "failed": 1, "incomplete": 1}
+    assert runs.records.filter(~pl.col("scored")).collect()["variant"].sort().to_list() == ["dense"] + ["trained"] * 4
     problems = {r["kind"]: r for r in runs.problems.to_dicts()}
     assert problems["failed"]["reason"] == "RuntimeError: loss is NaN at step 7"
     assert problems["failed"]["variant"] == "no_memory_read" and problems["failed"]["seed"] == 42
@@ -275,7 +276,7 @@ def test_report_produces_every_table_and_plot(report):
         assert path.is_file() and path.stat().st_size > 0, name
     assert (report / "quality_cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((report / "summary.json").read_text())
-    assert summary["counts"] == {"found": 65, "completed": 63, "failed": 1, "incomplete": 1}
+    assert summary["counts"] == {"found": 70, "completed": 68, "failed": 1, "incomplete": 1}
     assert all(v for v in summary["plots"].values())
     full = next(r for r in summary["tables"]["table1_main"]["values"] if r["method"] == "hero")
     assert full["retain.mean"] == pytest.approx(98.0) and full["skip.mean"] == pytest.approx(27.0)
@@ -309,6 +310,19 @@ def test_table3_rows_and_paired_differences(report):
     assert float(rows["no_aux_state"]["skip.mean"]) == pytest.approx(27.0)
     paired = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations_paired.csv").open())}
     assert paired["no_aux_state"]["n"] == "3" and float(paired["no_aux_state"]["retain.mean"]) < -5
+
+
+def test_benchmark_records_are_linked_to_the_quality_they_measure(report):
+    rows = {(r["method"], round(float(r["skip"]), 1)): r for r in csv.DictReader((report / "latency.csv").open())}
+    assert len(rows) == 5
+    dense = rows[("dense", 0.0)]
+    assert dense["quality_source"] == "group tiny dense/dense α=0 d_m=64 second_half" and dense["quality_runs"] == "3"
+    assert float(dense["retain"]) == pytest.approx(100.0)
+    trained = rows[("hero", 26.6)]  # full HeRo, α = 1e-3, seed 42: skip 0.27 - 0.004
+    assert trained["quality_source"].startswith("trained run ")
+    assert "_a0.001_m64_second_half_s42/" in trained["quality_source"]
+    groups = {(r["variant"], r["alpha"]): r for r in csv.DictReader((report / "groups.csv").open())}
+    assert float(trained["retain"]) < float(groups[("full", "0.001")]["retain.mean"])  # seed 42 is the low seed
 
 
 def test_report_lists_the_failed_and_incomplete_runs(report, capsys, records, tmp_path):
