@@ -62,7 +62,7 @@ def quality_latency(latency: pl.DataFrame, metric: str, label: str, path: Path) 
     for top, bottom, name in zip(axes[0], axes[1], figures):
         part = latency.filter(pl.col(name).is_not_null())
         for row in part.iter_rows(named=True):
-            tag = f"{row['method']}/{row['variant']} s{row['seed']}"
+            tag = f"{row['method']}/{row['variant']} s{row['seed']}, skip {row['skip']:.1f} %"
             if row[metric] is not None:
                 top.plot(row[name], row[metric], "o", label=tag)
             bottom.plot(row["skip"], row[name], "o", label=tag)
