@@ -22,7 +22,9 @@ def routing_trace(model: nn.Module, input_ids: torch.Tensor, attention_mask: tor
     (B, T, 6) (eq 4), ``history_logit`` a_j and ``local_logit`` b_j (eq 14, 16),
     ``gate`` g_j, ``p_hist``, ``m_hist`` (eq 14–15), ``memory_read`` c_j (eq 11),
     ``nu`` ν_j (eq 13), ``ffn_executed`` (bool, g ≥ τ), ``u`` (LN_ffn(h̄)), ``h_out``
-    (h_j, eq 3); plus ``rho`` (ρ_j, scalar) and the 0-based backbone ``layer``.
+    (h_j, eq 3); plus ``rho`` (ρ_j, scalar) and the 0-based backbone ``layer``. Router variants
+    add their own per-token fields (``Decision.extras``), e.g. ``write_order`` (B, T, L) of the
+    shuffled-history control (hero.model.controls).
     """
     blocks = routed_blocks(model)
     ctx = blocks[0].context
