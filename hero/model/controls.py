@@ -186,10 +186,13 @@ class RandomHistoryRouter(Router):
     The history head keeps its full input width, so the capacity is there, but the read
     carries nothing about earlier blocks.
 
-    μ, σ² are per memory dimension, pooled over tokens and blocks j ≥ 2. In training the real
-    memory is still written (eq 12) and read (eq 11), without gradient, only to track them:
-    exponential moving averages (momentum ``READ_STATS_MOMENTUM``, bias-corrected as in Adam)
-    of the batch mean of c and c², one update per block and forward pass. A forward pass
+    μ, σ² are per memory dimension, pooled over tokens (padding included: the router sees
+    flattened tokens without the mask) and blocks j ≥ 2. The real memory is still written
+    (eq 12); in training it is also read (eq 11), without gradient, only to track exponential
+    moving averages (momentum ``READ_STATS_MOMENTUM``, bias-corrected as in Adam) of the batch
+    mean of c and c², one update per block and forward pass. Since nothing downstream uses the
+    real memory, W_q, W_k, W_v get no gradient: the tracked reads are those of the initial
+    projections applied to the trained states. A forward pass
     draws with the statistics tracked up to the pass before it (frozen into the carry at
     block 1), so a gradient-checkpoint recomputation redraws exactly the same reads, and the
     recomputation (inside backward) does not update them again. Before any update, μ = 0,
