@@ -1,0 +1,16 @@
+"""α calibration: one Optuna study per (variant, target skip, backbone, layer set).
+
+``python calibrate.py ablation=full,no_history target_skip=0.2687`` finds, per variant, the
+skip-loss weight α whose realized parameter skip rate matches the target, and writes the
+calibration file that ``train.py alpha=calibrated calibration.target_skip=0.2687`` reads.
+
+    sampler.py   MonotoneSampler: bracket in log α, then secant / bisection (Optuna sampler)
+    storage.py   SQLite / RDB URL / journal file; password from the environment, masked output
+    study.py     the ask/tell loop: ``parallel`` trials in flight across all studies
+    trials.py    one trial = a real (optionally shortened) training run, inline / local / SLURM
+    file.py      the calibration file and ``calibrated_alpha`` for the pipeline
+    bench.py     monotone sampler vs TPE: trials to reach the tolerance
+"""
+from hero.calibration.file import calibrated_alpha, transfer_report
+
+__all__ = ["calibrated_alpha", "transfer_report"]

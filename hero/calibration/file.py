@@ -1,0 +1,167 @@
+"""The calibration file: (backbone, layer set, variant, target skip) → α, and how it was found.
+
+``calibrate.py`` writes it, ``train.py alpha=calibrated calibration.target_skip=<t>`` reads
+it. JSON, written atomically (``hero.results.write_atomic``) under a lock so that several
+calibrating processes can add entries to one file::
+
+    {"schema_version": 1, "entries": [
+      {"backbone": "tiny", "layer_set": "second_half", "variant": "full", "target_skip": 0.2687,
+       "alpha": 0.0041, "realized_skip": 0.2671, "abs_error": 0.0016, "tolerance": 0.005,
+       "trials": 5, "study": "...", "storage": "sqlite:///...", "sampler": "monotone",
+       "seed": 42, "trial_steps": 75, "full_steps": 150, "setup_hash": "...", "setup": {...},
+       "created": "..."}, ...]}
+
+``setup`` is everything besides α, seed and training length that moves the α → skip
+response (backbone, layer set, method, router, data, trainer recipe). A lookup must match
+the key AND the setup, so an α calibrated for one router or recipe is never used for
+another; the error then names the keys that differ.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hero.errors import ConfigError
+from hero.results import now_iso, read_record, write_atomic
+
+SCHEMA_VERSION = 1
+# Trainer keys that do not change what an α does (length is calibrated separately via trial_fraction).
+TRAINER_RUN_KEYS = ("max_steps", "epochs", "progress", "checkpoint_every", "keep_checkpoints", "log_every",
+                    "num_threads")
+
+
+class CalibrationLookupError(ConfigError):
+    """``alpha=calibrated`` cannot find an α for this variant and target."""
+
+
+def backbone_key(cfg: DictConfig) -> str:
+    """The backbone name, with the testbed recipe when it is not the default one."""
+    recipe = cfg.model.get("recipe")
+    return f"{cfg.model.name}:{recipe}" if cfg.model.source == "testbed" and recipe not in (None, "full") else cfg.model.name
+
+
+def layer_key(cfg: DictConfig) -> str:
+    """The layer-set name; an explicit set is spelled with its indices."""
+    if cfg.layers.name == "explicit":
+        return "explicit:" + ",".join(str(i) for i in cfg.layers.indices)
+    return str(cfg.layers.name)
+
+
+def target_key(target: float) -> float:
+    return round(float(target), 6)
+
+
+def setup_of(cfg: DictConfig) -> dict:
+    """What besides α, seed and length moves the α → skip response of a run."""
+    trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if k not in TRAINER_RUN_KEYS}
+    return {"model": OmegaConf.to_container(cfg.model, resolve=True), "layers": layer_key(cfg),
+            "method": cfg.method.name, "router": OmegaConf.to_container(cfg.router, resolve=True),
+            "data": OmegaConf.to_container(cfg.data, resolve=True), "trainer": trainer}
+
+
+def setup_hash(setup: dict) -> str:
+    return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read_entries(path: str | Path) -> list[dict]:
+    """The entries of a calibration file ([] when it does not exist)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    data = read_record(path)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise CalibrationLookupError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    return list(data["entries"])
+
+
+def _same_key(a: dict, b: dict) -> bool:
+    return (a["backbone"], a["layer_set"], a["variant"], target_key(a["target_skip"])) == \
+        (b["backbone"], b["layer_set"], b["variant"], target_key(b["target_skip"]))
+
+
+def write_entry(path: str | Path, entry: dict) -> Path:
+    """Add ``entry`` to the file, replacing the entry with the same key and setup."""
+    path = Path(path)
+    entry = {**entry, "created": now_iso()}
+    with _locked(path):
+        kept = [e for e in read_entries(path) if not (_same_key(e, entry) and e["setup_hash"] == entry["setup_hash"])]
+        return write_atomic(path, {"schema_version": SCHEMA_VERSION, "entries": [*kept, entry]})
+
+
+def _describe(entries: list[dict]) -> str:
+    if not entries:
+        return "nothing"
+    return "; ".join(f"{e['variant']}@{e['target_skip']:g} ({e['backbone']}, {e['layer_set']})" for e in entries)
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += _differences(x, y, f"{prefix}{key}.")
+        elif x != y:
+            out.append(f"{prefix}{key} ({y!r} there, {x!r} here)")
+    return out
+
+
+def lookup(cfg: DictConfig) -> dict:
+    """The calibration entry for this run's variant, target, backbone, layer set and setup."""
+    path = Path(cfg.calibration.file)
+    target = cfg.calibration.get("target_skip")
+    if target is None or OmegaConf.is_list(target):
+        raise CalibrationLookupError(f"alpha=calibrated needs one calibration.target_skip (a number), got {target!r}")
+    wanted = {"backbone": backbone_key(cfg), "layer_set": layer_key(cfg), "variant": cfg.variant, "target_skip": target}
+    entries = read_entries(path)
+    matches = [e for e in entries if _same_key(e, wanted)]
+    what = f"variant={cfg.variant} target_skip={target:g} backbone={wanted['backbone']} layers={wanted['layer_set']}"
+    if not matches:
+        raise CalibrationLookupError(f"alpha=calibrated: {path} has no α for {what}; it holds: {_describe(entries)} "
+                                     f"(python calibrate.py ablation={cfg.variant} target_skip={target:g} adds it)")
+    setup = setup_of(cfg)
+    for entry in matches:
+        if entry["setup_hash"] == setup_hash(setup):
+            return entry
+    diff = _differences(setup, matches[-1]["setup"])
+    raise CalibrationLookupError(f"alpha=calibrated: the α for {what} in {path} was calibrated with a different "
+                                 f"setup: {', '.join(diff[:4])}")
+
+
+def calibrated_alpha(cfg: DictConfig) -> float:
+    """α for ``alpha=calibrated``: the calibrated α of this variant at ``calibration.target_skip``."""
+    return float(lookup(cfg)["alpha"])
+
+
+def transfer_report(cfg: DictConfig, realized: float) -> dict:
+    """The ``calibration`` section of a final run's record: realized skip against the target.
+
+    Prints one line; says so when the run missed the target by more than the calibration
+    tolerance (e.g. a calibration with shortened trials that did not transfer).
+    """
+    entry = lookup(cfg)
+    target = float(entry["target_skip"])
+    report = {"target": target, "alpha": entry["alpha"], "calibrated_skip": entry["realized_skip"],
+              "realized_skip": realized, "deviation": realized - target, "tolerance": entry["tolerance"],
+              "within_tolerance": abs(realized - target) <= entry["tolerance"], "study": entry["study"],
+              "trial_steps": entry["trial_steps"], "file": str(cfg.calibration.file)}
+    verdict = "within" if report["within_tolerance"] else "OUTSIDE"
+    print(f"calibration: realized skip {realized:.4f} vs target {target:.4f} ({100 * (realized - target):+.2f} pp, "
+          f"{verdict} ±{100 * entry['tolerance']:.2f} pp); α={entry['alpha']:.4g} gave {entry['realized_skip']:.4f} "
+          f"in {entry['trial_steps']}-step trials (study {entry['study']})", flush=True)
+    return report

@@ -1,0 +1,140 @@
+"""``MonotoneSampler``: an Optuna sampler for a response that rises with its one parameter.
+
+Calibration searches the α at which the realized skip rate hits a target. The skip rate
+rises with α, so the search is root finding, not black-box optimisation. The sampler
+works in x = log10 α and reads the realized skip rate that each finished trial stored
+as the user attribute ``skip`` and the target the study stored as ``target_skip``:
+
+* no finished trial: start at ``x0`` (α₀ of the config) and, for trials already in
+  flight, spread outwards from it in steps of ``step`` decades;
+* all finished trials on one side of the target: extrapolate along the secant of the two
+  points nearest the target (at least ``min_expand`` and at most ``step`` decades past the
+  explored range, doubling ``step`` after each miss), or step by ``step`` when there is no
+  slope yet; parallel proposals continue further out in the same direction;
+* a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant (regula falsi)
+  point, kept at least ``margin`` × width from the ends, which turns it into bisection when
+  the secant hugs an end; a parallel proposal takes the next free point of x*, x* ± δ,
+  x* ± 2δ, … (δ = width / (2·parallel + 2)) inside the bracket, so several trials in
+  flight cut the bracket at once instead of duplicating each other.
+
+Proposals are a pure function of the finished and running trials (no random state), so
+a resumed study proposes what the killed one would have. A trial whose skip rate is
+within ``tolerance`` of the target ends the search: the sampler then refines around it,
+but ``hero.calibration.study`` stops asking.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution
+from optuna.samplers import BaseSampler
+from optuna.study import Study
+from optuna.trial import FrozenTrial, TrialState
+
+PARAM = "alpha"
+SKIP_ATTR = "skip"
+TARGET_ATTR = "target_skip"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One finished trial: x = log10 α and its realized skip rate."""
+
+    x: float
+    skip: float
+
+
+def finished_points(study: Study) -> list[Point]:
+    """Finished trials with a realized skip rate, sorted by α."""
+    points = [Point(math.log10(t.params[PARAM]), float(t.user_attrs[SKIP_ATTR]))
+              for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if PARAM in t.params and SKIP_ATTR in t.user_attrs]
+    return sorted(points, key=lambda p: (p.x, p.skip))
+
+
+def bracket(points: list[Point], target: float) -> tuple[Point | None, Point | None]:
+    """The tightest (below, above) pair: the largest α under the target and the smallest α over it."""
+    below = [p for p in points if p.skip < target]
+    above = [p for p in points if p.skip > target]
+    lo = max(below, key=lambda p: p.x) if below else None
+    hi = min(above, key=lambda p: p.x) if above else None
+    if lo is not None and hi is not None and lo.x >= hi.x:
+        lo = max((p for p in below if p.x < hi.x), key=lambda p: p.x, default=None)
+    return lo, hi
+
+
+class MonotoneSampler(BaseSampler):
+    """Bracket in log α, then secant / bisection; parallel proposals spread inside the bracket."""
+
+    def __init__(self, x0: float, step: float = 1.0, parallel: int = 1, margin: float = 0.1,
+                 min_expand: float = 0.25) -> None:
+        self.x0, self.step, self.parallel = float(x0), float(step), max(1, int(parallel))
+        self.margin, self.min_expand = float(margin), float(min_expand)
+        self._fallback = optuna.samplers.RandomSampler(seed=0)
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict:
+        return {}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> float:
+        if param_name != PARAM or not isinstance(param_distribution, FloatDistribution) or not param_distribution.log:
+            return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+        lo, hi = math.log10(param_distribution.low), math.log10(param_distribution.high)
+        running = [math.log10(t.params[PARAM]) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.number != trial.number and PARAM in t.params]
+        x = self.propose(finished_points(study), float(study.user_attrs[TARGET_ATTR]), running, (lo, hi))
+        return 10.0 ** x
+
+    def propose(self, points: list[Point], target: float, running: list[float], bounds: tuple[float, float]) -> float:
+        """The next x = log10 α given finished points, the target and the x of trials in flight."""
+        lo_b, hi_b = bounds
+        candidates = self._candidates(points, target, bounds)
+        clipped = [min(max(c, lo_b), hi_b) for c in candidates]
+        taken = set(running) | {p.x for p in points}
+        spacing = self._spacing(points, target, bounds)
+        for c in clipped:
+            if all(abs(c - r) > spacing / 2 for r in taken):
+                return c
+        return clipped[0]
+
+    def _spacing(self, points: list[Point], target: float, bounds: tuple[float, float]) -> float:
+        lo, hi = bracket(points, target)
+        if lo is not None and hi is not None:
+            return (hi.x - lo.x) / (2 * self.parallel + 2)
+        return min(self.step, (bounds[1] - bounds[0]) / 4)
+
+    def _candidates(self, points: list[Point], target: float, bounds: tuple[float, float]) -> list[float]:
+        n = max(self.parallel, 1) * 2 + 2
+        if not points:
+            return [self.x0] + [self.x0 + sign * k * self.step for k in range(1, n) for sign in (1, -1)]
+        lo, hi = bracket(points, target)
+        if lo is not None and hi is not None:
+            width = hi.x - lo.x
+            x = lo.x + (target - lo.skip) * width / (hi.skip - lo.skip)
+            x = min(max(x, lo.x + self.margin * width), hi.x - self.margin * width)
+            delta = width / (2 * self.parallel + 2)
+            inside = [x + sign * k * delta for k in range(1, n) for sign in (1, -1)]
+            return [x] + [c for c in inside if lo.x < c < hi.x]
+        return self._expand(points, target, below=hi is None, bounds=bounds)
+
+    def _expand(self, points: list[Point], target: float, below: bool, bounds: tuple[float, float]) -> list[float]:
+        """Every finished skip rate is under the target (``below``) or over it: step outwards."""
+        direction = 1.0 if below else -1.0
+        edge = max(p.x for p in points) if below else min(p.x for p in points)
+        misses = len(points)
+        step = self.step * 2.0 ** max(0, misses - 1)
+        nearest = sorted(points, key=lambda p: abs(p.skip - target))[:2]
+        first = edge + direction * step
+        if len(nearest) == 2 and nearest[0].x != nearest[1].x:
+            slope = (nearest[1].skip - nearest[0].skip) / (nearest[1].x - nearest[0].x)
+            if slope > 0:
+                guess = nearest[0].x + (target - nearest[0].skip) / slope
+                reach = min(max((guess - edge) * direction * 1.2, self.min_expand), step)
+                first = edge + direction * reach
+        span = abs(first - edge)
+        return [first + direction * k * span for k in range(2 * self.parallel + 2)]
