@@ -127,14 +127,13 @@ def run_report(args: argparse.Namespace) -> dict:
     scored = scored.with_columns(*(pl.col(c) * 100.0 for c in task_cols))
     groups = summarize(scored.with_columns((pl.col("skip.param_rate") * 100.0).alias("skip")),
                        ["skip", "retain", *task_cols], level=args.level)
-    base_label = {b: f"{x.label} ({x.selector})" for b, x in curve_base.items()}
-    groups = groups.with_columns(pl.col("backbone").replace_strict(base_label, default=None).alias("retain_baseline"))
-    files.append(_csv(groups, out / "groups.csv"))
+    named = _baseline_columns(curve_base, runs.tasks)
+    files.append(_csv(named(groups), out / "groups.csv"))
 
     latency = latency_table(scored, ["retain", *task_cols])
     scored = scored.filter(pl.col("scored"))
     points = curve_points(scored, ["retain", *task_cols], level=args.level)
-    files.append(_csv(points, out / "curves.csv"))
+    files.append(_csv(named(points), out / "curves.csv"))
     reference = args.curve_reference or (f"method=hero,variant=full,memory_dim={args.main_memory_dim},"
                                          f"layer_set={args.main_layer_set}")
     levels = [float(v) for v in args.matched_skip.split(",")] if args.matched_skip else None
@@ -142,7 +141,7 @@ def run_report(args: argparse.Namespace) -> dict:
     refs = {m: reference_curves(c, reference) for m, c in metric_curves.items()}
     matched = pl.concat([matched_skip(c, refs[m], levels) for m, c in metric_curves.items()])
     areas = pl.concat([area_between(c, refs[m]) for m, c in metric_curves.items()])
-    files += [_csv(matched, out / "matched_skip.csv"), _csv(areas, out / "curve_areas.csv")]
+    files += [_csv(named(matched), out / "matched_skip.csv"), _csv(named(areas), out / "curve_areas.csv")]
     (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, curve_base, reference, runs.tasks))
     files.append(out / "matched_skip.md")
     summary["curves"] = {
@@ -153,7 +152,7 @@ def run_report(args: argparse.Namespace) -> dict:
         "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
     }
     if latency.height:
-        files.append(_csv(latency, out / "latency.csv"))
+        files.append(_csv(named(latency), out / "latency.csv"))
     else:
         summary["notes"].append("no record carries benchmark figures (bench): no latency table or plot")
 
@@ -238,6 +237,20 @@ def push_wandb(tables: list[Table], summary: dict, project: str, entity: str | N
     info = {"run_id": run.id, "project": project, "mode": str(run.settings.mode)}
     run.finish()
     return info
+
+
+def _baseline_columns(baselines: dict, metrics: dict[str, str]):
+    """A function adding ``retain_baseline`` and ``task_set`` columns (per backbone) to a frame with Retain."""
+    label = {b: f"{x.label} ({x.selector})" for b, x in baselines.items()}
+    task_set = {b: " ".join(f"{t}:{metrics[t]}" for t in x.tasks) for b, x in baselines.items()}
+
+    def add(df: pl.DataFrame) -> pl.DataFrame:
+        if df.height == 0:
+            return df
+        return df.with_columns(pl.col("backbone").replace_strict(label, default=None).alias("retain_baseline"),
+                               pl.col("backbone").replace_strict(task_set, default=None).alias("task_set"))
+
+    return add
 
 
 def _csv(df: pl.DataFrame, path: Path) -> Path:

@@ -303,6 +303,14 @@ def test_every_table_output_states_its_baseline_and_task_set(report, number, sel
                                                                    "hellaswag": "acc_norm"}
 
 
+@pytest.mark.parametrize("name", ["groups.csv", "curves.csv", "matched_skip.csv", "curve_areas.csv", "latency.csv"])
+def test_every_retain_csv_names_its_baseline_and_task_set(report, name):
+    rows = list(csv.DictReader((report / name).open()))
+    assert rows and "retain" in "".join(rows[0])
+    assert all(r["retain_baseline"] == "tiny dense/dense α=0 d_m=64 second_half (method=dense)" for r in rows)
+    assert all(r["task_set"] == "arc_easy:acc boolq:acc hellaswag:acc_norm" for r in rows)
+
+
 def test_table3_rows_and_paired_differences(report):
     rows = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations.csv").open())}
     assert list(rows) == ["full", "no_aux_state", "no_history", "no_memory_read", "no_position_state"]
