@@ -192,12 +192,13 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
 
 
 def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
-    """All-reduce the gradients of the trainable tensors (the frozen backbone has none)."""
-    for p in params:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-        p.grad.div_(world_size)
+    """All-reduce the gradients of the trainable tensors (the frozen backbone has none).
+
+    A tensor with no gradient on ANY rank keeps ``grad=None`` (as in single-process training, where
+    AdamW then leaves it untouched instead of decaying it); see hero.launch.allreduce_gradients."""
+    from hero.launch import allreduce_gradients
+
+    allreduce_gradients(params, average=True)
 
 
 def all_mean(value: float, device: torch.device) -> float:
