@@ -243,3 +243,34 @@ def test_sweep_runner_dry_run_prints_commands_and_count():
     assert r.returncode == 0, r.stderr
     assert "12 job(s) (expected 12)" in r.stdout
     assert "alpha=1e-4,3e-4,5e-4,1e-3" in r.stdout and "hydra.launcher.wait=false" in r.stdout
+
+
+# ----------------------------------------------------------------------------- DDP through train.py
+
+
+@pytest.mark.testbed
+def test_train_py_under_torchrun_two_gloo_processes_matches_single_process(micro_cache, tmp_path):
+    """The real pipeline: torchrun --nproc_per_node 2 (rank 0 writes) vs one process, same global batch."""
+    common = ["model.recipe=micro", f"paths.cache={micro_cache}", "trainer.max_steps=3", "trainer.global_batch=4",
+              "trainer.micro_batch=2", "trainer.checkpoint_every=1", "trainer.progress=false", "logger=none",
+              "eval=none", "seed=45"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    single = subprocess.run([sys.executable, "train.py", *common, f"paths.root={tmp_path / 'single'}",
+                             f"hydra.run.dir={tmp_path / 'single' / 'run'}"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert single.returncode == 0, single.stdout[-2000:] + single.stderr[-2000:]
+    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", str(_free_port()), "train.py", *common,
+                          f"paths.root={tmp_path / 'ddp'}", f"hydra.run.dir={tmp_path / 'ddp' / 'run'}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert ddp.returncode == 0, ddp.stdout[-2000:] + ddp.stderr[-2000:]
+    a = json.loads((tmp_path / "single" / "run" / "results.json").read_text())
+    b = json.loads((tmp_path / "ddp" / "run" / "results.json").read_text())
+    for key in ("final_loss", "final_lm_loss", "final_skip_loss", "steps"):
+        assert b["train"][key] == pytest.approx(a["train"][key], rel=1e-5, abs=1e-6), key
+    assert b["skip"]["param_rate"] == pytest.approx(a["skip"]["param_rate"], abs=1e-6)
+    assert b["rho"].keys() == a["rho"].keys()
+    for layer in a["rho"]:
+        assert b["rho"][layer] == pytest.approx(a["rho"][layer], abs=1e-6), f"rho of layer {layer}"
+    # rank 0 alone wrote the record and the checkpoints
+    assert len(list((tmp_path / "ddp").rglob("results.json"))) == 1
