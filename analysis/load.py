@@ -133,12 +133,12 @@ def load_runs(paths) -> Runs:
             continue
         blobs.append(blob)
         names.append(path)
-    frame, unreadable = _parse(blobs, names)
+    frame, metrics, unreadable = _parse(blobs, names)
     problems += unreadable
     tasks, notes = {}, []
     if frame.height:
-        frame, tasks, notes = _score(frame)
-        frame, listed = _triage(_flatten(frame))
+        frame, tasks, notes = _score(frame, metrics)
+        frame, listed = _triage(frame)
         problems += listed
     else:
         frame = pl.DataFrame(schema={"path": pl.String})
@@ -153,28 +153,66 @@ def load_runs(paths) -> Runs:
                 tasks=tasks, n_found=len(files) + len(incomplete), notes=notes)
 
 
-def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, list[dict]]:
-    """All records as one frame (nested structs), polars' reader first, record by record if that fails."""
+def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, dict[str, list[str]], list[dict]]:
+    """All records as one flat frame, the metrics of every task, and unreadable records.
+
+    Polars' reader first; record by record (``_parse_each``) if it cannot combine them.
+    """
     if not blobs:
-        return pl.DataFrame(), []
+        return pl.DataFrame(), {}, []
     try:
         df = pl.read_ndjson(b"\n".join(blobs), infer_schema_length=None)
-        return _drop_config(df).with_columns(path=pl.Series(names)), []
     except pl.exceptions.PolarsError:
-        pass
-    records, kept, problems = [], [], []
+        return _parse_each(blobs, names)
+    evals = df.schema.get("eval")
+    metrics = {f.name: [m.name for m in f.dtype.fields] for f in evals.fields
+               if isinstance(f.dtype, pl.Struct)} if isinstance(evals, pl.Struct) else {}
+    return _flatten(_drop_config(df)).with_columns(path=pl.Series(names)), metrics, []
+
+
+def _parse_each(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, dict[str, list[str]], list[dict]]:
+    """The slow, tolerant path: parse records one by one, flatten in Python, build each column on its own
+    (values of incompatible types in one column are kept as JSON text)."""
+    rows, kept, problems, metrics = [], [], [], {}
     for blob, name in zip(blobs, names):
         try:
             rec = json.loads(blob)
         except json.JSONDecodeError as e:
             problems.append(_problem(name, "unreadable", f"JSONDecodeError: {e}"))
             continue
-        records.append(rec)
+        row: dict = {}
+        config = rec.get("config")
+        for path in KEPT_CONFIG_FIELDS:
+            value = config
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            row[".".join(("config", *path))] = value
+        _flatten_dict({k: v for k, v in rec.items() if k not in DROPPED_FIELDS}, "", row)
+        for task, values in (rec.get("eval") or {}).items():
+            if isinstance(values, dict):
+                known = metrics.setdefault(task, [])
+                known += [m for m in values if m not in known]
+        rows.append(row)
         kept.append(name)
-    if not records:
-        return pl.DataFrame(), problems
-    df = pl.from_dicts(records, infer_schema_length=None, strict=False)
-    return _drop_config(df).with_columns(path=pl.Series(kept)), problems
+    columns: dict[str, list] = {}
+    for i, row in enumerate(rows):
+        for key, value in row.items():
+            columns.setdefault(key, [None] * len(rows))[i] = value
+    series = []
+    for key, values in columns.items():
+        try:
+            series.append(pl.Series(key, values, strict=False))
+        except (pl.exceptions.PolarsError, TypeError, ValueError):
+            series.append(pl.Series(key, [None if v is None else json.dumps(v) for v in values], dtype=pl.String))
+    return pl.DataFrame(series).with_columns(path=pl.Series(kept, dtype=pl.String)), metrics, problems
+
+
+def _flatten_dict(obj: dict, prefix: str, row: dict) -> None:
+    for key, value in obj.items():
+        if isinstance(value, dict):
+            _flatten_dict(value, f"{prefix}{key}.", row)
+        else:
+            row[f"{prefix}{key}"] = value
 
 
 def _drop_config(df: pl.DataFrame) -> pl.DataFrame:
@@ -193,36 +231,21 @@ def _drop_config(df: pl.DataFrame) -> pl.DataFrame:
     return df.drop([c for c in DROPPED_FIELDS if c in df.columns])
 
 
-def _score(df: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, str], list[str]]:
+def _score(df: pl.DataFrame, metrics: dict[str, list[str]]) -> tuple[pl.DataFrame, dict[str, str], list[str]]:
     """Add ``score.<task>`` from each task's primary metric; return the frame, task → metric, and notes."""
-    schema = df.schema
-    evals = schema.get("eval")
-    if not isinstance(evals, pl.Struct):
-        return df, {}, []
-    declared = schema.get("eval_meta")
-    declared = {f.name: f.dtype for f in declared.fields} if isinstance(declared, pl.Struct) else {}
-    primary_struct = declared.get("primary_metric")
-    declared_tasks = {f.name for f in primary_struct.fields} if isinstance(primary_struct, pl.Struct) else set()
     tasks, notes, scores = {}, [], []
-    for task_field in evals.fields:
-        task = task_field.name
-        if not isinstance(task_field.dtype, pl.Struct):
-            continue
-        metrics = [f.name for f in task_field.dtype.fields]
-        names = Counter()
-        if task in declared_tasks:
-            names = Counter(df.get_column("eval_meta").struct.field("primary_metric").struct.field(task).drop_nulls()
-                            .to_list())
+    for task, available in metrics.items():
+        declared = f"eval_meta.primary_metric.{task}"
+        names = Counter(df[declared].drop_nulls().cast(pl.String).to_list()) if declared in df.columns else Counter()
         if len(names) > 1:
             raise ValueError(f"task {task!r} is scored with different primary metrics across records "
                              f"({dict(names)}); Retain would compare different metrics")
-        metric = next(iter(names)) if names else (metrics[0] if len(metrics) == 1 else None)
-        if metric is None or metric not in metrics:
-            notes.append(f"task {task!r}: no primary metric in eval_meta and metrics {metrics}; not scored")
+        metric = next(iter(names)) if names else (available[0] if len(available) == 1 else None)
+        if metric is None or metric not in available:
+            notes.append(f"task {task!r}: no primary metric in eval_meta and metrics {available}; not scored")
             continue
         tasks[task] = metric
-        scores.append(pl.col("eval").struct.field(task).struct.field(metric).cast(pl.Float64, strict=False)
-                      .alias(f"score.{task}"))
+        scores.append(pl.col(f"eval.{task}.{metric}").cast(pl.Float64, strict=False).alias(f"score.{task}"))
     return df.with_columns(scores), dict(sorted(tasks.items())), notes
 
 

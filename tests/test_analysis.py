@@ -83,6 +83,19 @@ def test_loader_tolerates_missing_optional_and_added_fields(tmp_path):
     assert frame["a_field_from_the_future.nested"].to_list()[0] == [1, 2]
 
 
+def test_loader_tolerates_a_field_with_conflicting_types(tmp_path):
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.5}, skip=0.2))
+    odd = make_record(RunSpec(scores={"arc_easy": 0.4}, skip=0.1, seed=43))
+    odd["alpha"], odd["train"], odd["skip"]["per_layer_ffn_rate"] = "0.001", "n/a", [0.5, 0.5]
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "results.json").write_text(json.dumps(odd))
+    runs = load_runs([tmp_path])
+    frame = runs.records.collect().sort("seed")
+    assert runs.counts() == {"found": 2, "completed": 2}
+    assert frame["alpha"].to_list() == [0.001, 0.001] and frame["score.arc_easy"].to_list() == [0.5, 0.4]
+    assert frame["train"].to_list() == [None, "n/a"] and frame["train.steps"].to_list() == [10, None]
+
+
 def test_unreadable_invalid_and_duplicate_records_are_listed(tmp_path):
     good = RunSpec(scores={"arc_easy": 0.5}, skip=0.2)
     path = write_run(tmp_path / "local", good)
