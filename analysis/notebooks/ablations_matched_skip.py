@@ -53,7 +53,8 @@ display(Markdown(table3.to_markdown()))
 # %%
 dense = resolve_baselines(frame, "method=dense", "curve baseline", runs.tasks)
 ablations = with_retain(frame, dense).filter(
-    (pl.col("method") == "hero") & (pl.col("memory_dim") == MAIN_DIM) & (pl.col("layer_set") == MAIN_LAYERS))
+    pl.col("scored") & (pl.col("method") == "hero") & (pl.col("memory_dim") == MAIN_DIM)
+    & (pl.col("layer_set") == MAIN_LAYERS))
 points = curve_points(ablations, ["retain"])
 retain_curves = curves(points, "retain")
 reference = reference_curves(retain_curves, "variant=full")

@@ -30,7 +30,7 @@ from analysis.plots import ffn_usage_heatmap, per_token_skip, rho_per_layer
 
 MAIN = dict(main_alpha=1e-3, main_memory_dim=64, main_layer_set="second_half")
 runs = load_runs(results_dirs())
-hero = runs.records.filter(pl.col("method") == "hero").collect()
+hero = runs.records.filter(pl.col("scored") & (pl.col("method") == "hero")).collect()
 out = figure_dir()
 print(runs.counts(), f"HeRo runs: {hero.height}")
 
