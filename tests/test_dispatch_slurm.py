@@ -179,3 +179,63 @@ def test_fire_and_forget_submit_status_collect(app):
     collected = json.loads((sweep / "collected.json").read_text())
     assert [rec["record"]["seed"] for rec in collected["records"]] == [5]
     print(f"fire-and-forget: submit returned in {submit_s:.1f} s")
+
+
+@pytest.mark.testbed
+def test_train_py_three_seeds_on_slurm_then_relaunch_is_a_noop(cluster, micro_cache, tmp_path):
+    """The user's command, unchanged, on the cluster: python train.py -m ... hydra/launcher=<preset>."""
+    root = tmp_path / "outputs"
+    args = ["ablation=no_memory_read", "seed=42,43,44", "model.recipe=micro", f"paths.cache={micro_cache}",
+            f"paths.root={root}", "trainer.max_steps=3", "trainer.global_batch=4", "trainer.micro_batch=2",
+            "trainer.checkpoint_every=1", "trainer.progress=false", "logger=none", "eval=none", LAUNCHER]
+    env = app_env({"OMP_NUM_THREADS": "1"})
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "train.py", "-m", *args], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    recs = [json.loads(p.read_text()) for p in root.rglob("results.json")]
+    assert sorted(rec["seed"] for rec in recs) == [42, 43, 44]
+    assert {rec["status"] for rec in recs} == {"completed"} and {rec["variant"] for rec in recs} == {"no_memory_read"}
+    (sweep,) = {p.parent.parent for p in root.rglob("manifests/*.json")}
+    jobs = _manifest(sweep)["jobs"]
+    assert len({j["job_id"].split("_")[0] for j in jobs}) == 1
+    # the launcher's config hash is the pipeline's: the relaunch skips all three without submitting
+    assert sorted(j["launch_hash"] for j in jobs) == sorted(rec["config_hash"] for rec in recs)
+    r = subprocess.run([sys.executable, "train.py", "-m", *args], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    manifests = sorted(root.rglob("manifests/*.json"))
+    last = json.loads(manifests[-1].read_text())
+    assert (last["n_submitted"], last["n_skipped"]) == (0, 3)
+    print(f"train.py 3 seeds on SLURM + no-op relaunch: {time.time() - t0:.1f} s")
+
+
+def _ddp_probe():
+    import torch
+    import torch.distributed as dist
+
+    from hero import launch
+
+    rank, world = launch.init_distributed()
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    out = {"rank": rank, "world": world, "sum": float(t), "main": launch.is_main_process(),
+           "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}
+    launch.destroy_distributed()
+    return out
+
+
+def test_ddp_tasks_per_node_2_under_slurm(cluster, tmp_path, monkeypatch):
+    import submitit
+
+    # the job unpickles _ddp_probe from this module: make tests/ importable there (sbatch exports env)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    ex = submitit.AutoExecutor(folder=tmp_path / "submitit", cluster="slurm")
+    ex.update_parameters(slurm_partition="debug", tasks_per_node=2, cpus_per_task=1, timeout_min=5, mem_gb=2)
+    job = ex.submit(_ddp_probe)
+    res = job.results()
+    assert [r["rank"] for r in res] == [0, 1]
+    assert all(r["world"] == 2 and r["sum"] == 3.0 for r in res)
+    assert [r["main"] for r in res] == [True, False]
+    assert res[0]["master"] == res[1]["master"]
+    wait_for(lambda: sacct_states([job.job_id]).get(job.job_id) == ["COMPLETED"], 60, what="sacct COMPLETED")
