@@ -86,16 +86,20 @@ class Table:
         return self.stats.select(*cols, pl.col("n").cast(pl.String))
 
     def csv_frame(self) -> pl.DataFrame:
+        """The statistics with the seeds as text and the baseline and task set of each row's backbone."""
+        return self._named(self.stats)
+
+    def paired_frame(self) -> pl.DataFrame:
+        """The paired differences (run − baseline over shared seeds), named like ``csv_frame``."""
+        return self._named(self.paired)
+
+    def _named(self, df: pl.DataFrame) -> pl.DataFrame:
         base = {b: f"{x.label} ({x.selector})" for b, x in self.baselines.items()}
         tasks = {b: " ".join(f"{t}:{self.metrics[t]}" for t in x.tasks) for b, x in self.baselines.items()}
-        return self.stats.with_columns(
+        return df.with_columns(
             pl.col("seeds").list.eval(pl.element().cast(pl.String)).list.join(" "),
             pl.col("backbone").replace_strict(base, default=None).alias("retain_baseline"),
             pl.col("backbone").replace_strict(tasks, default=None).alias("task_set"))
-
-    def paired_frame(self) -> pl.DataFrame:
-        return self.paired.with_columns(pl.col("seeds").list.eval(pl.element().cast(pl.String)).list.join(" "),
-                                        pl.lit(self.spec.baseline).alias("reference_selector"))
 
     def to_markdown(self) -> str:
         df = self.display()

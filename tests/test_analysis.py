@@ -331,6 +331,7 @@ def test_table3_rows_and_paired_differences(report):
     assert float(rows["no_aux_state"]["skip.mean"]) == pytest.approx(27.0)
     paired = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations_paired.csv").open())}
     assert paired["no_aux_state"]["n"] == "3" and float(paired["no_aux_state"]["retain.mean"]) < -5
+    assert paired["no_aux_state"]["retain_baseline"] == "tiny hero/full α=0.001 d_m=64 second_half (variant=full)"
 
 
 def test_benchmark_records_are_linked_to_the_quality_they_measure(report):
