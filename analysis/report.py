@@ -109,7 +109,8 @@ def run_report(args: argparse.Namespace) -> dict:
             continue
         table = build_table(frame, spec, runs.tasks, tasks, args.level)
         if table is None:
-            summary["tables"][spec.stem] = {"skipped": f"no completed run with task scores matches its rows ({spec.rows})"}
+            reason = f"no completed run with task scores matches its rows ({spec.rows})"
+            summary["tables"][spec.stem] = {"skipped": reason}
             continue
         built.append(table)
         files += table.write(out)
