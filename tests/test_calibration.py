@@ -121,3 +121,51 @@ def test_calibration_file_lookup_and_clear_errors(tmp_path):
     with pytest.raises(CalibrationLookupError, match=r"different setup: router.memory_dim \(64 there, 128 here\)"):
         calibrated_alpha(compose_train([f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.25",
                                         "router.memory_dim=128"]))
+
+
+class FakeJob:
+    """A trial that finishes after ``ticks`` polls, with the logistic response at its α."""
+
+    def __init__(self, clock: list[int], config: dict, ticks: int) -> None:
+        self.clock, self.end, self.alpha = clock, clock[0] + ticks, config["alpha"]
+
+    def done(self) -> bool:
+        self.clock[0] += 1
+        return self.clock[0] >= self.end
+
+    def result(self) -> dict:
+        return {"skip": logistic_skip(self.alpha, 2e-4), "record": None}
+
+    def cancel(self) -> None:
+        self.end = -1
+
+
+class FakeExecutor:
+    def __init__(self) -> None:
+        self.clock, self.started, self.jobs = [0], [], []
+
+    def submit(self, fn, config, run_dir):
+        ticks = 7 if len(self.started) % 2 == 0 else 2  # uneven trial lengths
+        self.started.append((self.clock[0], config["alpha"], sum(not j.done() for j in self.jobs)))
+        job = FakeJob(self.clock, config, ticks)
+        self.jobs.append(job)
+        return job
+
+
+def test_trials_run_asynchronously_a_new_one_starts_when_a_slot_frees(tmp_path):
+    from hero.calibration.study import Calibration, Plan
+
+    ccfg = OmegaConf.create({"parallel": 2, "tolerance": 0.005, "max_trials": 12, "alpha_bounds": [1e-6, 10.0],
+                             "sampler": "monotone", "poll_s": 0, "storage": {"grace_s": 60, "max_retry": 1}})
+    cfg = compose_train([f"paths.root={tmp_path}"])
+    plans = [Plan(name=f"p{t}", variant="full", target=t, cfg=cfg, steps=3, full_steps=3, max_param_rate=0.25,
+                  meta={"slug": f"p{t}"}) for t in (0.05, 0.15)]
+    executor = FakeExecutor()
+    storage = open_storage(storage_spec(OmegaConf.create({"kind": "sqlite"}), tmp_path))
+    outcomes = Calibration(plans, storage, executor, ccfg, str(tmp_path / "trials"), log=lambda _: None).run()
+    assert all(o.error is None and abs(o.skip - o.plan.target) <= 0.005 for o in outcomes)
+    # Never more than 2 in flight, and trials start one at a time as slots free (not in batches of 2).
+    starts = [t for t, _, _ in executor.started]
+    assert all(running <= 1 for _, _, running in executor.started)
+    assert len(set(starts[2:])) == len(starts[2:])
+    assert all(o.trials <= 8 for o in outcomes), [o.trials for o in outcomes]  # 2 in flight: ≤ 4 rounds

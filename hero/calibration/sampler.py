@@ -11,9 +11,10 @@ as the user attribute ``skip`` and the target the study stored as ``target_skip`
   points nearest the target (at least ``min_expand`` and at most ``step`` decades past the
   explored range, doubling ``step`` after each miss), or step by ``step`` when there is no
   slope yet; parallel proposals continue further out in the same direction;
-* a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant (regula falsi)
-  point, kept at least ``margin`` × width from the ends, which turns it into bisection when
-  the secant hugs an end; a parallel proposal takes the next free point of x*, x* ± δ,
+* a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant through the two
+  finished points nearest the target (regula falsi on the bracket ends when that leaves the
+  bracket), kept at least ``margin`` × width from the ends, which turns it into bisection
+  when the secant hugs an end; a parallel proposal takes the next free point of x*, x* ± δ,
   x* ± 2δ, … (δ = width / (2·parallel + 2)) inside the bracket, so several trials in
   flight cut the bracket at once instead of duplicating each other.
 
@@ -63,6 +64,14 @@ def bracket(points: list[Point], target: float) -> tuple[Point | None, Point | N
     if lo is not None and hi is not None and lo.x >= hi.x:
         lo = max((p for p in below if p.x < hi.x), key=lambda p: p.x, default=None)
     return lo, hi
+
+
+def secant(points: list[Point], target: float) -> float | None:
+    """Where the line through two points (rising) reaches the target; None without a rising slope."""
+    if len(points) < 2 or points[0].x == points[1].x:
+        return None
+    slope = (points[1].skip - points[0].skip) / (points[1].x - points[0].x)
+    return points[0].x + (target - points[0].skip) / slope if slope > 0 else None
 
 
 class MonotoneSampler(BaseSampler):
@@ -115,7 +124,9 @@ class MonotoneSampler(BaseSampler):
         lo, hi = bracket(points, target)
         if lo is not None and hi is not None:
             width = hi.x - lo.x
-            x = lo.x + (target - lo.skip) * width / (hi.skip - lo.skip)
+            x = secant(sorted(points, key=lambda p: abs(p.skip - target))[:2], target)
+            if x is None or not lo.x < x < hi.x:
+                x = lo.x + (target - lo.skip) * width / (hi.skip - lo.skip)
             x = min(max(x, lo.x + self.margin * width), hi.x - self.margin * width)
             delta = width / (2 * self.parallel + 2)
             inside = [x + sign * k * delta for k in range(1, n) for sign in (1, -1)]
@@ -128,13 +139,9 @@ class MonotoneSampler(BaseSampler):
         edge = max(p.x for p in points) if below else min(p.x for p in points)
         misses = len(points)
         step = self.step * 2.0 ** max(0, misses - 1)
-        nearest = sorted(points, key=lambda p: abs(p.skip - target))[:2]
         first = edge + direction * step
-        if len(nearest) == 2 and nearest[0].x != nearest[1].x:
-            slope = (nearest[1].skip - nearest[0].skip) / (nearest[1].x - nearest[0].x)
-            if slope > 0:
-                guess = nearest[0].x + (target - nearest[0].skip) / slope
-                reach = min(max((guess - edge) * direction * 1.2, self.min_expand), step)
-                first = edge + direction * reach
+        guess = secant(sorted(points, key=lambda p: abs(p.skip - target))[:2], target)
+        if guess is not None:
+            first = edge + direction * min(max((guess - edge) * direction * 1.2, self.min_expand), step)
         span = abs(first - edge)
         return [first + direction * k * span for k in range(2 * self.parallel + 2)]

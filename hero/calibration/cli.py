@@ -1,0 +1,101 @@
+"""What ``calibrate.py`` does with its composed configs: check, plan the studies, run them, write the file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hero.calibration.file import backbone_key, layer_key, setup_hash, setup_of, write_entry
+from hero.calibration.storage import mask_secrets, open_storage, storage_spec
+from hero.calibration.study import Calibration, Plan
+from hero.calibration.trials import executor_kind, full_steps, make_executor, param_ceiling, trial_steps
+from hero.errors import ConfigError
+
+
+class CalibrationConfigError(ConfigError):
+    """A variant or target cannot be calibrated."""
+
+
+def targets_of(cfg: DictConfig) -> list[float]:
+    raw = cfg.calibration.target_skip
+    if raw is None:
+        raise CalibrationConfigError("calibration.target_skip is not set: give one or more targets, e.g. target_skip=0.2687")
+    values = list(raw) if OmegaConf.is_list(raw) else [raw]
+    for value in values:
+        if not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise CalibrationConfigError(f"target_skip={value!r}: must be a realized parameter skip rate in (0, 1)")
+    return [float(v) for v in values]
+
+
+def plans_for(cfg: DictConfig) -> list[Plan]:
+    """One plan per target of this variant config; bad variants and unreachable targets fail here."""
+    from hero.pipeline import validate
+
+    validate(cfg)
+    if cfg.method.name != "hero":
+        raise CalibrationConfigError(f"method={cfg.method.name} (variant {cfg.variant}) has no routing: its skip rate "
+                                     "does not depend on α, so there is nothing to calibrate (use method=hero)")
+    targets = targets_of(cfg)
+    ceiling = param_ceiling(cfg)
+    for target in targets:
+        if target >= ceiling:
+            raise CalibrationConfigError(
+                f"target_skip={target:g} is unreachable for layers={layer_key(cfg)} on {backbone_key(cfg)}: the routable "
+                f"FFNs hold {100 * ceiling:.2f} % of the parameters, so the realized skip rate stays below {ceiling:.4f}")
+    setup = setup_of(cfg)
+    steps, full = trial_steps(cfg), full_steps(cfg)
+    plans = []
+    for target in targets:
+        slug = f"{backbone_key(cfg)}/{layer_key(cfg)}/{cfg.variant}/skip={target:.4f}/{setup_hash(setup)[:8]}-s{cfg.seed}-n{steps}"
+        plans.append(Plan(name=f"hero-calibrate/{slug}", variant=cfg.variant, target=target, cfg=cfg, steps=steps,
+                          full_steps=full, max_param_rate=ceiling,
+                          meta={"slug": slug.replace(":", "-"), "backbone": backbone_key(cfg), "layer_set": layer_key(cfg),
+                                "setup_hash": setup_hash(setup), "max_param_rate": ceiling}))
+    return plans
+
+
+def calibrate(configs: list[DictConfig]) -> int:
+    """Calibrate every (variant, target) of ``configs``; 0 when all reached their tolerance, else 1."""
+    first = configs[0]
+    ccfg = first.calibration
+    plans = [plan for cfg in configs for plan in plans_for(cfg)]
+    spec = storage_spec(ccfg.storage, ccfg.dir)
+    launcher = first.hydra.get("launcher") if "hydra" in first else None
+    kind = executor_kind(ccfg, launcher)
+    print(OmegaConf.to_yaml(mask_secrets(OmegaConf.to_container(ccfg, resolve=True), (spec.secret() or "",))), flush=True)
+    print(f"calibrating {len(plans)} study(ies) in {spec.display} ({kind} trials, {int(ccfg.parallel)} in flight); "
+          f"inspect with: {spec.dashboard}", flush=True)
+    storage = open_storage(spec)
+    executor = make_executor(kind, launcher, Path(str(ccfg.dir)) / "submitit")
+    outcomes = Calibration(plans, storage, executor, ccfg, str(Path(str(ccfg.dir)) / "trials")).run()
+    failed = []
+    for outcome in outcomes:
+        plan = outcome.plan
+        if outcome.error:
+            failed.append(f"{plan.variant}@{plan.target:g}: {outcome.error}")
+            continue
+        write_entry(plan.cfg.calibration.file, {
+            "backbone": plan.meta["backbone"], "layer_set": plan.meta["layer_set"], "variant": plan.variant,
+            "target_skip": plan.target, "alpha": outcome.alpha, "realized_skip": outcome.skip,
+            "abs_error": abs(outcome.skip - plan.target), "tolerance": float(ccfg.tolerance), "trials": outcome.trials,
+            "study": plan.name, "storage": spec.display, "sampler": ccfg.sampler, "seed": int(plan.cfg.seed),
+            "trial_steps": plan.steps, "full_steps": plan.full_steps, "max_param_rate": plan.max_param_rate,
+            "setup_hash": plan.meta["setup_hash"], "setup": setup_of(plan.cfg)})
+    print(summary(outcomes, float(ccfg.tolerance)), flush=True)
+    print(f"calibration file: {first.calibration.file}", flush=True)
+    for line in failed:
+        print(f"error: {line}", flush=True)
+    return 1 if failed else 0
+
+
+def summary(outcomes, tolerance: float) -> str:
+    """A table: variant, target, α, realized skip, deviation, trials, status."""
+    lines = [f"{'variant':<20} {'target':>7} {'alpha':>10} {'skip':>7} {'dev pp':>7} {'trials':>6}  status"]
+    for o in outcomes:
+        alpha = f"{o.alpha:.4g}" if o.alpha is not None else "-"
+        skip = f"{o.skip:.4f}" if o.skip is not None else "-"
+        dev = f"{100 * (o.skip - o.plan.target):+.2f}" if o.skip is not None else "-"
+        status = "ok" if not o.error else "FAILED"
+        lines.append(f"{o.plan.variant:<20} {o.plan.target:>7.4f} {alpha:>10} {skip:>7} {dev:>7} {o.trials:>6}  {status}"
+                     f" (±{100 * tolerance:.2f} pp, {o.plan.steps}-step trials)")
+    return "\n".join(lines)

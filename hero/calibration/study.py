@@ -1,0 +1,299 @@
+"""One Optuna study per (variant, target, backbone, layer set); an ask/tell loop over all of them.
+
+``calibrate(plans, ...)`` keeps ``parallel`` trials in flight across every study and starts
+the next one as soon as any finishes (no synchronous batches). A study stops when a finished
+trial's realized skip rate is within ``tolerance`` of its target; it fails, with what it
+reached, when the trial budget runs out, when α at a bound of ``alpha_bounds`` cannot reach
+the target, or when the bracket has collapsed onto a jump of the response.
+
+Trials carry user attributes ``skip`` (realized rate), ``record`` (path of the trial's
+results.json), ``driver`` (host:pid of the calibrating process) and ``heartbeat``. A rerun
+after the calibrating process was killed loads the same studies (``load_if_exists``); each
+trial still marked RUNNING whose driver is gone (same host, dead pid, or no heartbeat for
+``grace_s``) is failed and re-enqueued with the same α, and that rerun finds the trial's
+finished record or its checkpoint through the pipeline's config-hash index.
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.trial import TrialState
+
+from hero.calibration.sampler import PARAM, SKIP_ATTR, TARGET_ATTR, MonotoneSampler, bracket, finished_points
+from hero.calibration.trials import run_trial, trial_config
+from hero.errors import ConfigError
+
+SAMPLERS = ("monotone", "tpe")
+MIN_BRACKET = 1e-3  # decades of α: a narrower bracket that still misses the tolerance is a jump
+
+
+class CalibrationFailed(ConfigError):
+    """A study ended without reaching its tolerance; the message says what it reached."""
+
+
+@dataclass
+class Plan:
+    """One study: a variant's config at one target skip rate."""
+
+    name: str
+    variant: str
+    target: float
+    cfg: object  # the composed DictConfig of this variant (calibrate.yaml)
+    steps: int
+    full_steps: int
+    max_param_rate: float
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """How a study ended: ``alpha`` / ``skip`` of the trial closest to the target, ``error`` if it failed."""
+
+    plan: Plan
+    alpha: float | None
+    skip: float | None
+    trials: int
+    error: str | None = None
+
+
+def make_sampler(kind: str, x0: float, parallel: int, seed: int) -> optuna.samplers.BaseSampler:
+    if kind == "monotone":
+        return MonotoneSampler(x0=x0, parallel=parallel)
+    if kind == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, constant_liar=parallel > 1)
+    raise ConfigError(f"calibration.sampler={kind!r}: allowed values are {', '.join(SAMPLERS)}")
+
+
+def driver_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _driver_gone(driver: str | None) -> bool:
+    if not driver:
+        return True
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int) -> int:
+    """Fail the RUNNING trials of a dead calibrating process and re-enqueue their α; returns how many."""
+    now = time.time()
+    reclaimed = 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        stale = now - float(t.user_attrs.get("heartbeat", 0.0)) > grace_s
+        if not (_driver_gone(t.user_attrs.get("driver")) or stale):
+            continue
+        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        retries = int(t.user_attrs.get("retries", 0))
+        if PARAM in t.params and retries < max_retry:
+            study.enqueue_trial({PARAM: t.params[PARAM]}, user_attrs={"retries": retries + 1,
+                                                                       "retry_of": t.number})
+        reclaimed += 1
+    return reclaimed
+
+
+def closest(study: optuna.Study, target: float) -> tuple[float, float] | None:
+    """(α, skip) of the finished trial nearest the target."""
+    points = finished_points(study)
+    if not points:
+        return None
+    best = min(points, key=lambda p: abs(p.skip - target))
+    return 10.0 ** best.x, best.skip
+
+
+def trials_used(study: optuna.Study) -> int:
+    """Trials that trained (finished or cut off when the study had reached its tolerance)."""
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+class Calibration:
+    """The ask/tell loop over several studies sharing ``parallel`` trial slots."""
+
+    def __init__(self, plans: list[Plan], storage, executor, ccfg, trials_dir: str, log=print) -> None:
+        self.plans, self.storage, self.executor, self.ccfg = plans, storage, executor, ccfg
+        self.trials_dir, self.log = trials_dir, log
+        self.parallel = max(1, int(ccfg.parallel))
+        self.tolerance, self.max_trials = float(ccfg.tolerance), int(ccfg.max_trials)
+        lo, hi = (float(b) for b in ccfg.alpha_bounds)
+        if not 0 < lo < hi:
+            raise ConfigError(f"calibration.alpha_bounds={[lo, hi]}: need 0 < low < high (α is searched in log scale)")
+        self.distribution = FloatDistribution(lo, hi, log=True)
+        self.studies: dict[str, optuna.Study] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self.in_flight: list[tuple[object, Plan, optuna.trial.Trial]] = []
+        self.driver = driver_id()
+        self._native_heartbeat = isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None
+
+    def _open(self, plan: Plan) -> optuna.Study:
+        alpha0 = plan.cfg.alpha if isinstance(plan.cfg.alpha, (int, float)) and plan.cfg.alpha > 0 else None
+        x0 = math.log10(alpha0) if alpha0 else (math.log10(self.distribution.low) + math.log10(self.distribution.high)) / 2
+        sampler = make_sampler(self.ccfg.sampler, x0, self.parallel, int(plan.cfg.seed))
+        study = optuna.create_study(study_name=plan.name, storage=self.storage, sampler=sampler, direction="minimize",
+                                    load_if_exists=True)
+        for key, value in {TARGET_ATTR: plan.target, "variant": plan.variant, "sampler": self.ccfg.sampler,
+                           "trial_steps": plan.steps, "full_steps": plan.full_steps, "seed": int(plan.cfg.seed),
+                           "tolerance": self.tolerance, **plan.meta}.items():
+            study.set_user_attr(key, value)
+        if self._native_heartbeat:
+            optuna.storages.fail_stale_trials(study)
+        reclaimed = reclaim_orphans(study, float(self.ccfg.storage.grace_s), int(self.ccfg.storage.max_retry))
+        done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+        resumed = f" (resumed: {done} finished trial(s), {reclaimed} orphaned trial(s) re-enqueued)" if done or reclaimed else ""
+        self.log(f"study {plan.name}: target {plan.target:.4f}, {plan.steps}-step trials{resumed}")
+        return study
+
+    def run(self) -> list[Outcome]:
+        """Run every study to its end; the outcomes in plan order."""
+        for plan in self.plans:
+            self.studies[plan.name] = self._open(plan)
+        while True:
+            self._update()
+            self._cancel_finished()
+            self._fill()
+            if not self.in_flight:
+                break
+            self._wait()
+        return [self.outcomes[p.name] for p in self.plans]
+
+    def _update(self) -> None:
+        for plan in self.plans:
+            if plan.name not in self.outcomes:
+                self._check(plan)
+
+    def _running(self, plan: Plan) -> int:
+        return sum(1 for _, p, _ in self.in_flight if p is plan)
+
+    def _check(self, plan: Plan) -> None:
+        """Decide whether ``plan``'s study is done (reached, or failed with what it reached)."""
+        study = self.studies[plan.name]
+        best = closest(study, plan.target)
+        used = trials_used(study)
+        if best is not None and abs(best[1] - plan.target) <= self.tolerance:
+            self.outcomes[plan.name] = Outcome(plan, best[0], best[1], used)
+            self.log(f"study {plan.name}: reached α={best[0]:.4g} → skip {best[1]:.4f} "
+                     f"(target {plan.target:.4f} ± {self.tolerance:g}) after {used} trial(s)")
+            return
+        error = self._dead_end(plan, study, best, used)
+        if error:
+            self.outcomes[plan.name] = Outcome(plan, best[0] if best else None, best[1] if best else None, used, error)
+            self.log(f"study {plan.name}: FAILED — {error}")
+
+    def _dead_end(self, plan: Plan, study: optuna.Study, best, used: int) -> str | None:
+        if self._running(plan):
+            return None
+        failed = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                  if int(t.user_attrs.get("retries", 0)) >= int(self.ccfg.storage.max_retry)]
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if failed and not waiting:
+            return f"trial {failed[-1].number} (α={failed[-1].params.get(PARAM, float('nan')):.4g}) failed " \
+                   f"{int(failed[-1].user_attrs.get('retries', 0)) + 1} time(s): {failed[-1].user_attrs.get('error')}"
+        reached = (f"closest α={best[0]:.4g} gave skip {best[1]:.4f} (target {plan.target:.4f}, off by "
+                   f"{100 * abs(best[1] - plan.target):.2f} pp)") if best else "no trial finished"
+        points = finished_points(study)
+        lo_b, hi_b = math.log10(self.distribution.low), math.log10(self.distribution.high)
+        top = [p for p in points if p.x >= hi_b - 1e-9]
+        if top and top[0].skip < plan.target - self.tolerance:
+            return (f"α at the upper bound {self.distribution.high:g} gives skip {top[0].skip:.4f} < target "
+                    f"{plan.target:.4f} (ceiling {plan.max_param_rate:.4f}); raise calibration.alpha_bounds or the "
+                    f"training budget, or lower the target")
+        bottom = [p for p in points if p.x <= lo_b + 1e-9]
+        if bottom and bottom[0].skip > plan.target + self.tolerance:
+            return (f"α at the lower bound {self.distribution.low:g} already gives skip {bottom[0].skip:.4f} > target "
+                    f"{plan.target:.4f}; lower calibration.alpha_bounds or raise the target")
+        lo, hi = bracket(points, plan.target)
+        if lo is not None and hi is not None and hi.x - lo.x < MIN_BRACKET:
+            return (f"tolerance ±{100 * self.tolerance:.2f} pp unreachable: skip jumps from {lo.skip:.4f} at "
+                    f"α={10 ** lo.x:.4g} to {hi.skip:.4f} at α={10 ** hi.x:.4g}; {reached}")
+        if used >= self.max_trials:
+            return (f"tolerance ±{100 * self.tolerance:.2f} pp not reached after {used} trials "
+                    f"(calibration.max_trials={self.max_trials}): {reached}")
+        return None
+
+    def _cancel_finished(self) -> None:
+        """Stop the trials of studies that are done; their slots go to the studies still searching."""
+        keep = []
+        for job, plan, trial in self.in_flight:
+            if plan.name in self.outcomes and not job.done():
+                job.cancel()
+                self.studies[plan.name].tell(trial, state=TrialState.PRUNED)
+            else:
+                keep.append((job, plan, trial))
+        self.in_flight = keep
+
+    def _next_plan(self) -> Plan | None:
+        open_plans = [p for p in self.plans if p.name not in self.outcomes
+                      and trials_used(self.studies[p.name]) + self._running(p) < self.max_trials]
+        return min(open_plans, key=lambda p: (self._running(p), trials_used(self.studies[p.name])), default=None)
+
+    def _fill(self) -> None:
+        while len(self.in_flight) < self.parallel:
+            self._update()
+            plan = self._next_plan()
+            if plan is None:
+                return
+            study = self.studies[plan.name]
+            trial = study.ask({PARAM: self.distribution})
+            alpha = trial.params[PARAM]
+            for key, value in {"driver": self.driver, "heartbeat": time.time()}.items():
+                trial.set_user_attr(key, value)
+            config = trial_config(plan.cfg, alpha, plan.name, plan.steps, plan.target)
+            run_dir = f"{self.trials_dir}/{plan.meta['slug']}/alpha={alpha:.6g}"
+            self.log(f"study {plan.name}: trial {trial.number} α={alpha:.4g} started ({run_dir})")
+            job = self.executor.submit(run_trial, config, run_dir)
+            self.in_flight.append((job, plan, trial))
+            if job.done():
+                self._collect()
+
+    def _wait(self) -> None:
+        poll = float(self.ccfg.poll_s)
+        while not any(job.done() for job, _, _ in self.in_flight):
+            for _, _, trial in self.in_flight:
+                trial.set_user_attr("heartbeat", time.time())
+                if self._native_heartbeat:
+                    self.storage.record_heartbeat(trial._trial_id)
+            time.sleep(poll)
+        self._collect()
+
+    def _collect(self) -> None:
+        """Tell the studies the results of every finished trial."""
+        keep = []
+        for job, plan, trial in self.in_flight:
+            if not job.done():
+                keep.append((job, plan, trial))
+                continue
+            study = self.studies[plan.name]
+            try:
+                result = job.result()
+            except Exception as err:  # noqa: BLE001 - a failed trial is recorded and retried, not fatal
+                self._failed(study, trial, err)
+                continue
+            trial.set_user_attr(SKIP_ATTR, float(result["skip"]))
+            trial.set_user_attr("record", result["record"])
+            study.tell(trial, abs(float(result["skip"]) - plan.target))
+            self.log(f"study {plan.name}: trial {trial.number} α={trial.params[PARAM]:.4g} → skip {result['skip']:.4f}")
+        self.in_flight = keep
+
+    def _failed(self, study: optuna.Study, trial: optuna.trial.Trial, err: Exception) -> None:
+        message = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
+        retries = int(study._storage.get_trial(trial._trial_id).user_attrs.get("retries", 0))
+        trial.set_user_attr("error", message)
+        study.tell(trial, state=TrialState.FAIL)
+        self.log(f"study {study.study_name}: trial {trial.number} failed: {message}")
+        if retries < int(self.ccfg.storage.max_retry):
+            study.enqueue_trial({PARAM: trial.params[PARAM]}, user_attrs={"retries": retries + 1,
+                                                                           "retry_of": trial.number})
