@@ -115,6 +115,10 @@ class RoutedDecoderLayer(nn.Module):
         shape = hbar.shape
         hbar_flat = hbar.reshape(-1, shape[-1])
         carry = self.router.unpack_carry(carry_tensors) if carry_tensors else self.router.initial_carry(hbar_flat)
+        if carry_tensors and not torch.is_grad_enabled():
+            # Inference: the previous block's carry is dead after this step, so the router may
+            # update its memory in place (Router.write) instead of allocating a new (N, d_m, d_m).
+            carry.donated = True
         decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
         executed = self._executed(decision.gate)
         u = base.post_attention_layernorm(hbar_flat)
@@ -136,6 +140,8 @@ class RoutedDecoderLayer(nn.Module):
         skipped token costs the adapter, not the FFN. The threshold carries no
         gradient; the scaling by g or 1 − g carries it to the router.
         """
+        if not torch.is_grad_enabled():
+            return self._single_branch_inference(u, gate, executed)
         mlp = self.base_layer.mlp
         g = gate.unsqueeze(-1)
         n_ffn = int(executed.sum())
@@ -150,3 +156,26 @@ class RoutedDecoderLayer(nn.Module):
         update = u.new_zeros(u.shape)
         update = update.index_copy(0, ffn_rows, ffn_out.to(u.dtype))
         return update.index_copy(0, adapter_rows, adapter_out.to(u.dtype))
+
+    def _single_branch_inference(self, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """``_single_branch`` without autograd: the same values, fewer passes and allocations.
+
+        The gate scaling is applied in place to each branch's fresh output (computed in
+        fp32 and rounded to the output dtype, as ``(g · x).to(dtype)`` does), and the two
+        branches are scattered into one uninitialised buffer with in-place ``index_copy_``.
+        """
+        mlp = self.base_layer.mlp
+        g = gate.unsqueeze(-1)
+        n_ffn = int(executed.sum())
+        if n_ffn == u.shape[0]:
+            return mlp(u).mul_(g).to(u.dtype)
+        if n_ffn == 0:
+            return self.adapter(u).mul_(1.0 - g).to(u.dtype)
+        ffn_rows = executed.nonzero().squeeze(-1)
+        adapter_rows = (~executed).nonzero().squeeze(-1)
+        update = torch.empty_like(u)
+        ffn_out = mlp(u.index_select(0, ffn_rows)).mul_(g.index_select(0, ffn_rows))
+        update.index_copy_(0, ffn_rows, ffn_out.to(u.dtype))
+        adapter_out = self.adapter(u.index_select(0, adapter_rows)).mul_(1.0 - g.index_select(0, adapter_rows))
+        update.index_copy_(0, adapter_rows, adapter_out.to(u.dtype))
+        return update
