@@ -258,6 +258,10 @@ class Router(nn.Module):
         outer_l, outer_r = fk.unsqueeze(-1), v.unsqueeze(-2)
         if first and not torch.is_grad_enabled():
             return outer_l * outer_r, fk
+        if getattr(carry, "donated", False) and not torch.is_grad_enabled():
+            # the block handed over a carry nobody reads again (inference): update it in place
+            beta = float(rho)
+            return carry.S.baddbmm_(outer_l, outer_r, beta=beta), carry.zeta.mul_(beta).add_(fk)
         if torch.is_grad_enabled() and (rho.requires_grad or carry.S.requires_grad):
             S = torch.baddbmm(rho * carry.S, outer_l, outer_r)
         else:
