@@ -167,6 +167,10 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
     record["router_params"] = getattr(model, "hero_param_counts", None)
     record["retain"] = _retain(cfg, scores, meta, baseline)
     record["skip"], record["rho"] = _routing(cfg, model, tokenizer, layers, method, bed)
+    if cfg.alpha == "calibrated":
+        from hero.calibration import transfer_report
+
+        record["calibration"] = transfer_report(cfg, record["skip"]["param_rate"])
     tracker.log({f"eval/{task}/{metric}": v for task, ms in scores.items() for metric, v in ms.items()})
     tracker.log_routing(record["skip"], record["rho"])
     return record

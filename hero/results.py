@@ -34,6 +34,9 @@ trial, benchmark — writes one record with these top-level fields:
     created         str      ISO-8601 UTC
     wandb           dict|None  run_id, mode, dir
     error           str|None   one-line reason when status == "failed"
+    calibration     dict     only with alpha=calibrated: target, alpha, calibrated_skip, realized_skip,
+                             deviation, tolerance, within_tolerance, study, trial_steps, file
+                             (hero.calibration.transfer_report)
 """
 from __future__ import annotations
 
