@@ -262,7 +262,7 @@ def _csv(df: pl.DataFrame, path: Path) -> Path:
 
 def _finish(summary: dict, out: Path) -> dict:
     summary["files"] = sorted({str(p) for p in summary["files"]} | {str(out / "summary.json")})
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, default=str) + "\n")  # unindented: json uses its C encoder
     return summary
 
 
