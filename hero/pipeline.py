@@ -24,6 +24,7 @@ from hero.data import SFTDataset, collate, load_conversations, tokenize_conversa
 from hero.data.sft import check_path
 from hero.evaluation import check_config as check_eval_config
 from hero.evaluation import evaluate_suite, retain, routing_statistics, suite_fingerprint
+from hero.evaluation.routing import wandb_gate_histograms
 from hero.model import RouterConfig, attach, save_router
 from hero.model.attach import LAYER_SETS, decoder_layers, resolve_layers
 from hero.model.io import backbone_fingerprint
@@ -173,6 +174,8 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
         record["calibration"] = transfer_report(cfg, record["skip"]["param_rate"])
     tracker.log({f"eval/{task}/{metric}": v for task, ms in scores.items() for metric, v in ms.items()})
     tracker.log_routing(record["skip"], record["rho"])
+    if tracker.run is not None and record["skip"].get("gate_histogram"):
+        tracker.log(wandb_gate_histograms(record["skip"]))
     return record
 
 

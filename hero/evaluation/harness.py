@@ -7,14 +7,14 @@ batches, causal attention), ``loglikelihood_rolling``, and ``generate_until`` (H
 ``generate`` with the KV cache, which routing keeps complete because attention always
 runs). The same wrapper serves the dense backbone and the LoRA (PEFT) model.
 
-Each task of a suite is one ``simple_evaluate`` call with its own few-shot count, chat
-template setting, generation overrides and limit (lm-eval applies those per call, not
-per task). Metric keys follow lm-eval's ``<metric>,<filter>`` with ``,none`` dropped:
+Each task of a suite is one harness call with its own few-shot count, chat template
+setting, generation overrides and limit (lm-eval applies chat template and limit per
+call, not per task). Metric keys follow lm-eval's ``<metric>,<filter>`` with ``,none`` dropped:
 ``acc``, ``acc_norm``, ``acc_stderr``, ``exact_match,strict-match``.
 
 lm-eval is pinned (``LM_EVAL_VERSION``, also in pyproject.toml) because scores drift
 between releases; a different installed version is an error, and the version used is
-recorded in ``eval_meta.lm_eval``. Like the lm-eval CLI, a call reseeds Python, NumPy
+recorded in ``eval_meta.lm_eval``. Like the lm-eval CLI, each task reseeds Python, NumPy
 and torch (seeds 0, 1234, 1234) and seeds the few-shot sampler with 1234.
 """
 from __future__ import annotations
@@ -57,15 +57,31 @@ def metric_values(task_result: dict) -> dict[str, float]:
 
 
 def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
-    """(metrics, sample counts) of one task spec (``hero.evaluation.suites.TaskSpec``) through the harness."""
-    from lm_eval import simple_evaluate
+    """(metrics, sample counts) of one task spec (``hero.evaluation.suites.TaskSpec``) through the harness.
 
-    task = manager.load([spec.lm_eval_task])["tasks"][spec.lm_eval_task]
+    What ``simple_evaluate`` does for one task, minus its environment report (a pip
+    subprocess per call): seeds, per-task few-shot count and generation overrides, then
+    ``lm_eval.evaluator.evaluate``.
+    """
+    import random
+
+    import numpy as np
+    import torch
+    from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED
+    from lm_eval.evaluator import evaluate
+
+    random.seed(DEFAULT_RANDOM_SEED)
+    np.random.seed(DEFAULT_OTHER_SEED)
+    torch.manual_seed(DEFAULT_OTHER_SEED)
+    loaded = manager.load([spec.lm_eval_task])
+    task = loaded["tasks"][spec.lm_eval_task]
     task.set_config(key="num_fewshot", value=spec.num_fewshot)
-    out = simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=spec.limit,
-                          apply_chat_template=spec.chat_template, fewshot_as_multiturn=spec.fewshot_as_multiturn,
-                          gen_kwargs=dict(spec.gen_kwargs) or None, confirm_run_unsafe_code=spec.unsafe_code,
-                          log_samples=False)
+    if spec.gen_kwargs and task.get_config("output_type") == "generate_until":
+        task.set_config(key="generation_kwargs", value=dict(spec.gen_kwargs), update=True)
+    task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
+    out = evaluate(lm=lm, task_dict=loaded, limit=spec.limit, log_samples=False,
+                   apply_chat_template=spec.chat_template, fewshot_as_multiturn=spec.fewshot_as_multiturn,
+                   confirm_run_unsafe_code=spec.unsafe_code)
     metrics = metric_values(out["results"][spec.lm_eval_task])
     if spec.metric not in metrics:
         raise EvaluationError(f"eval.tasks.{spec.name}.metric={spec.metric!r}: lm-eval task {spec.lm_eval_task!r} "

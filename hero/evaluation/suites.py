@@ -13,7 +13,8 @@ per task of the record (``eval.<task>.<metric>``): ``lm_eval_task``, ``num_fewsh
 ``metric`` (the primary metric, on which Retain is computed), ``chat_template``, and
 optionally ``fewshot_as_multiturn`` (default: as ``chat_template``), ``gen_kwargs``,
 ``limit`` (default ``eval.limit``) and ``unsafe_code`` (the task executes generated
-code). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``.
+code). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``, optional
+keys with a leading ``+`` (``+eval.tasks.piqa.limit=100``).
 
 ``evaluate_suite`` returns ``(scores, meta)``: scores as {task: {metric: value}} and meta
 with the suite, the primary metric per task, the limit, the lm-eval version, the
