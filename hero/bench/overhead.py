@@ -46,7 +46,7 @@ def all_ffn(j: int, gate: torch.Tensor) -> torch.Tensor:
     return torch.ones_like(gate, dtype=torch.bool)
 
 
-def measure(dense, routed, batch: int, seq: int, repeats: int, warmup: int = 2, seed: int = 0) -> dict:
+def measure(dense, routed, batch: int, seq: int, repeats: int, warmup: int = 2, seed: int = 0, clock: str = "wall") -> dict:
     import hero
 
     device = next(dense.parameters()).device
@@ -60,7 +60,8 @@ def measure(dense, routed, batch: int, seq: int, repeats: int, warmup: int = 2, 
         return fn
 
     with hero.forced_routing(routed, all_ffn):
-        times = interleaved({"dense": run(dense), "routed": run(routed)}, device, repeats=repeats, warmup=warmup)
+        times = interleaved({"dense": run(dense), "routed": run(routed)}, device, repeats=repeats, warmup=warmup,
+                            clock=clock)
         executed = torch.stack([r.ffn_executed for r in hero.last_records(routed)])
     assert bool(executed.all()), "forced policy did not execute every FFN"
     d, r = summary(times["dense"]), summary(times["routed"])
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=11)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--clock", choices=("wall", "process"), default="wall",
+                   help="process = CPU time of this process (use with --threads 1 on a shared machine)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
     if args.threads:
@@ -86,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     dense, routed = build_models(args.hidden, args.layers, args.intermediate, args.heads, args.heads, args.vocab)
     print(f"router overhead, random Llama hidden={args.hidden} layers={args.layers} intermediate={args.intermediate} "
           f"routable={routed.hero_layers}, CPU threads={torch.get_num_threads()}, every FFN executed; "
-          f"median of {args.repeats} interleaved repeats")
+          f"median of {args.repeats} interleaved repeats, {args.clock} clock")
     rows = []
     for shape in args.shapes.split(","):
         b, t = (int(x) for x in shape.lower().split("x"))
-        row = measure(dense, routed, b, t, args.repeats, args.warmup)
+        row = measure(dense, routed, b, t, args.repeats, args.warmup, clock=args.clock)
         rows.append(row)
         status = "ok" if row["ratio"] <= GOAL else f"ABOVE goal {GOAL}"
         print(f"  batch {b:>2} seq {t:>5}: dense {row['dense']['median_s'] * 1e3:8.2f} ms  routed "

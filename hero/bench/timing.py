@@ -21,17 +21,27 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_once(fn: Callable[[], object], device: torch.device | str) -> float:
-    """Seconds for one call of ``fn``, synchronised on accelerators."""
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+
+
+def time_once(fn: Callable[[], object], device: torch.device | str, clock: str = "wall") -> float:
+    """Seconds for one call of ``fn``, synchronised on accelerators.
+
+    ``clock="wall"``: wall-clock time (the figure the benchmark reports by default).
+    ``clock="process"``: CPU time of this process — on a CPU machine shared with other
+    jobs, with ``torch.set_num_threads(1)``, it leaves out the time the process waited
+    for a core; with several threads it adds up their CPU time (spin-waits included).
+    """
+    now = CLOCKS[clock]
     synchronize(device)
-    start = time.perf_counter()
+    start = now()
     fn()
     synchronize(device)
-    return time.perf_counter() - start
+    return now() - start
 
 
 def interleaved(candidates: Mapping[str, Callable[[], object]], device: torch.device | str, repeats: int,
-                warmup: int = 1) -> dict[str, list[float]]:
+                warmup: int = 1, clock: str = "wall") -> dict[str, list[float]]:
     """Time every candidate ``repeats`` times in round-robin order after ``warmup`` rounds.
 
     Returns name → list of seconds (warm-up excluded). The round-robin order rotates
@@ -40,7 +50,7 @@ def interleaved(candidates: Mapping[str, Callable[[], object]], device: torch.de
     names = list(candidates)
     for _ in range(warmup):
         for name in names:
-            time_once(candidates[name], device)
+            time_once(candidates[name], device, clock)
     times: dict[str, list[float]] = {name: [] for name in names}
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -48,7 +58,7 @@ def interleaved(candidates: Mapping[str, Callable[[], object]], device: torch.de
         for r in range(repeats):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
-                times[name].append(time_once(candidates[name], device))
+                times[name].append(time_once(candidates[name], device, clock))
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -69,30 +79,59 @@ def summary(seconds: list[float]) -> dict[str, float]:
 
 
 @contextmanager
-def peak_memory(device: torch.device | str) -> Iterator[dict]:
-    """Peak memory of the block: CUDA allocator peak on GPUs, process max RSS on CPU.
+def peak_memory(device: torch.device | str, interval_s: float = 0.0005) -> Iterator[dict]:
+    """Peak memory reached inside the block, beyond what was allocated on entry.
 
-    On CPU the max RSS is monotone over the process lifetime, so the figure is the
-    high-water mark reached so far (``kind`` says which one was measured).
+    CUDA: the caching allocator's peak (``torch.cuda.max_memory_allocated``) minus the
+    allocation on entry. CPU: the process resident set size, sampled from
+    /proc/self/statm by a background thread every ``interval_s`` (torch kernels release
+    the GIL), minus the RSS on entry — an approximation (short peaks between samples
+    are missed; memory the C allocator keeps after a free counts as used). ``kind``
+    in the result says which one was measured; ``peak_bytes`` is the absolute peak.
     """
     device = torch.device(device)
     out: dict = {}
     if device.type == "cuda":
+        synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
         yield out
         synchronize(device)
-        out.update(kind="cuda_max_allocated", peak_bytes=int(torch.cuda.max_memory_allocated(device)),
-                   activation_bytes=int(torch.cuda.max_memory_allocated(device) - base))
-    else:
-        yield out
-        out.update(kind="process_max_rss", peak_bytes=_max_rss_bytes())
+        peak = int(torch.cuda.max_memory_allocated(device))
+        out.update(kind="cuda_max_allocated", peak_bytes=peak, delta_bytes=peak - base)
+        return
+    import threading
 
+    base = _rss_bytes()
+    state = {"peak": base, "stop": False}
 
-def _max_rss_bytes() -> int:
+    def sample() -> None:
+        while not state["stop"]:
+            state["peak"] = max(state["peak"], _rss_bytes())
+            time.sleep(interval_s)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
     try:
-        import resource
+        yield out
+    finally:
+        state["stop"] = True
+        thread.join()
+        peak = max(state["peak"], _rss_bytes())
+        out.update(kind="cpu_rss_sampled", peak_bytes=peak, delta_bytes=peak - base)
 
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-    except Exception:  # noqa: BLE001 - platforms without resource
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except OSError:
         return -1
+
+
+try:
+    import os as _os
+
+    _PAGE = _os.sysconf("SC_PAGE_SIZE")
+except (ValueError, OSError, AttributeError):
+    _PAGE = 4096

@@ -1,0 +1,204 @@
+"""hero.bench: FLOP model, forced routing policy, fast path = reference path, cached generation, CLI smoke."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import hero
+from hero.bench import flops
+from hero.bench.runner import ForcedSkip, SkipCount, routed_twin
+from hero.model.attach import is_hero_parameter
+from hero.model.block import RoutedDecoderLayer
+from hero.model.config import RouterConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=160, num_hidden_layers=6, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=128)
+
+
+def small_routed(seed: int = 0):
+    torch.manual_seed(seed)
+    model = hero.attach(LlamaForCausalLM(LlamaConfig(**SMALL)).eval(), "second_half")
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # trained-looking router and adapters: gates on both sides of tau, adapters non-zero
+        for name, p in model.named_parameters():
+            if p.requires_grad and not name.endswith(".eta"):
+                p.copy_(torch.randn(p.shape, generator=gen) / max(1, p.shape[-1]) ** 0.5)
+        for head in (model.hero_router.local_head, model.hero_router.history_head):
+            head[2].bias.zero_()
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- FLOP model
+TOY = flops.Shape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10)
+TOY_ROUTER = RouterConfig(memory_dim=4, content_dim=3, path_dim=2, content_hidden=5, path_hidden=3, head_hidden=6)
+
+
+def test_flop_model_by_hand():
+    # q: 2*8*8, k+v: 2*2*8*4, o: 2*8*8
+    assert flops.attention_proj_flops(TOY) == 128 + 128 + 128
+    assert flops.ffn_flops(TOY) == 2 * 3 * 8 * 16 == 768
+    assert flops.adapter_flops(TOY, 2) == 2 * 2 * 8 * 2 == 64
+    assert flops.lm_head_flops(TOY) == 160
+    assert flops.causal_context(3) == 1 + 2 + 3
+    assert flops.causal_context(2, past=5) == 6 + 7
+    assert flops.attention_core_flops(TOY, 6) == 2 * 2 * 2 * 4 * 6 == 192
+    # 2 layers x (3 tokens x (384 + 768) + 192) + one LM-head row
+    assert flops.dense_flops(TOY, tokens=3, context=6, logits=1) == 2 * (3 * 1152 + 192) + 160 == 7456
+    # router, block 1 of 2: path 6d=48, f_psi 2(8*6+6)=108, content 2(8*5+5*3)=110, path enc 2(6*3+3*2)=48,
+    # qkv 2*5*12=120, write 2*16+2*4=40, f_theta 2((5+4+1)*6+6)=132
+    assert flops.router_flops(TOY, TOY_ROUTER, 1, 2) == 48 + 108 + 110 + 48 + 120 + 40 + 132 == 606
+    # block 2 of 2: no write; read 2*16+2*4, nu 2*5*4 + 2*16
+    assert flops.router_flops(TOY, TOY_ROUTER, 2, 2) == 606 - 40 + 32 + 8 + 40 + 32 == 678
+    routed = flops.routed_flops(TOY, TOY_ROUTER, 2, tokens=3, context=6, logits=1, skipped=[2, 1])
+    assert routed == 7456 + 3 * (64 - 768) + 3 * (606 + 678) == 9196
+    b = flops.breakdown(TOY, TOY_ROUTER, 2, 3, 6, 1, [2, 1])
+    assert b["ideal_speedup"] == pytest.approx(7456 / 9196)
+    assert b["dense"] - b["ffn_saved"] + b["adapter"] + b["router"] == b["routed"]
+
+
+def test_flop_model_ablations_drop_their_parts():
+    local_only = RouterConfig(history_branch=False, head_hidden=6)
+    assert flops.router_flops(TOY, local_only, 2, 2) == 48 + 2 * (8 * 6 + 6)
+    no_read = RouterConfig(**{**TOY_ROUTER.to_dict(), "memory_read": False})
+    assert flops.router_flops(TOY, no_read, 2, 2) == 606 - 40
+
+
+def test_shape_from_llama_config():
+    s = flops.Shape.from_config(LlamaConfig(**SMALL))
+    assert (s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab) == (64, 6, 4, 2, 16, 160, 97)
+
+
+# ---------------------------------------------------------------------------------------------- forced policy
+@pytest.mark.parametrize("skip", [0.0, 0.25, 0.5, 0.75, 1.0])
+def test_forced_policy_realises_the_skip_fraction(skip):
+    policy = ForcedSkip(skip)
+    gate = torch.rand(1000)
+    for j in (1, 2, 3):
+        executed = policy(j, gate)
+        assert abs(int((~executed).sum()) - skip * 1000) <= 2  # a Weyl sequence: n·skip ± O(log n)
+    # one token at a time (decode): the fraction over steps converges as well
+    policy.reset()
+    one = torch.rand(1)
+    skipped = sum(int(~policy(1, one)) for _ in range(400))
+    assert abs(skipped / 400 - skip) <= 0.01
+    # different blocks skip different tokens (unless everything or nothing is skipped)
+    policy.reset()
+    a, b = policy(1, gate), policy(2, gate)
+    assert torch.equal(a, b) == (skip in (0.0, 1.0))
+
+
+def test_forced_policy_in_the_model_realises_the_skip_fraction():
+    model = small_routed()
+    policy = ForcedSkip(0.6)
+    count = SkipCount([3, 4, 5], ffn_params=1, total_params=10)
+    ids = torch.randint(0, SMALL["vocab_size"], (4, 50))
+    with torch.no_grad(), hero.forced_routing(model, policy):
+        model(input_ids=ids)
+    count.add(model)
+    assert count.tokens == 200
+    assert abs(count.ffn_skip - 0.6) <= 3 / 600
+    assert all(abs((1 - rate) - 0.6) <= 2 / 200 + 1e-9 for rate in count.result()["per_layer_ffn_rate"].values())
+    assert count.param_rate == pytest.approx(count.ffn_skip * 3 / 10)
+
+
+# ---------------------------------------------------------------------------------------------- correctness
+def reference_single_branch(self, u, gate, executed):
+    """Plain masked eq 3: both branches on every row, selected with torch.where (no gather / scatter)."""
+    g = gate.unsqueeze(-1)
+    ffn = g * self.base_layer.mlp(u)
+    adapter = (1.0 - g) * self.adapter(u)
+    return torch.where(executed.unsqueeze(-1), ffn, adapter).to(u.dtype)
+
+
+@pytest.mark.parametrize("policy", [None, 0.5, 0.0, 1.0])
+def test_fast_path_equals_masked_reference(monkeypatch, policy):
+    model = small_routed()
+    ids = torch.randint(0, SMALL["vocab_size"], (3, 17), generator=torch.Generator().manual_seed(5))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0
+
+    def logits():
+        with torch.no_grad():
+            if policy is None:
+                out = model(input_ids=ids, attention_mask=mask).logits
+            else:
+                with hero.forced_routing(model, ForcedSkip(policy)):
+                    out = model(input_ids=ids, attention_mask=mask).logits
+        return out, torch.stack([r.ffn_executed for r in hero.last_records(model)])
+
+    fast, executed = logits()
+    if policy is None:
+        assert executed.any() and not executed.all(), "test needs tokens on both branches"
+    monkeypatch.setattr(RoutedDecoderLayer, "_single_branch", reference_single_branch)
+    ref, executed_ref = logits()
+    assert torch.equal(executed, executed_ref)
+    torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_greedy_generation_identical_with_and_without_cache():
+    model = small_routed()
+    ids = torch.randint(0, SMALL["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(3))
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        cached = model.generate(ids, use_cache=True, **kwargs)
+        uncached = model.generate(ids, use_cache=False, **kwargs)
+    assert cached.shape == (2, 19)
+    assert torch.equal(cached, uncached)
+
+
+def test_routed_twin_shares_the_backbone():
+    torch.manual_seed(0)
+    dense = LlamaForCausalLM(LlamaConfig(**SMALL)).eval()
+    for p in dense.parameters():
+        p.requires_grad_(False)
+    ids = torch.randint(0, SMALL["vocab_size"], (1, 9))
+    with torch.no_grad():
+        before = dense(input_ids=ids).logits
+    routed = routed_twin(dense, "second_half")
+    shared = {id(p) for p in dense.parameters()}
+    backbone = [p for n, p in routed.named_parameters() if not is_hero_parameter(n)]
+    assert backbone and all(id(p) in shared for p in backbone)  # one backbone in memory
+    assert not any(isinstance(layer, RoutedDecoderLayer) for layer in dense.model.layers)  # dense stays dense
+    with torch.no_grad():
+        torch.testing.assert_close(dense(input_ids=ids).logits, before)
+        with hero.forced_routing(routed, ForcedSkip(0.5)):
+            assert torch.isfinite(routed(input_ids=ids).logits).all()
+
+
+# ---------------------------------------------------------------------------------------------- CLI smoke
+def test_cli_smoke_writes_valid_records(tmp_path):
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "hero.bench", "shape=tiny", "prefill.seq=[16]", "prefill.batch=[1,2]",
+           "prefill.repeats=1", "prefill.warmup=0", "decode.batch=[1]", "decode.prompt=4", "decode.steps=3",
+           "decode.repeats=1", "decode.warmup=0", "router.ffn_skip=0.5", f"out_dir={out}"]
+    env = dict(os.environ, HERO_OUTPUTS=str(tmp_path), WANDB_MODE="disabled")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    records = {m: json.loads((out / m / "results.json").read_text()) for m in ("dense", "hero")}
+    for method, rec in records.items():
+        assert rec["schema_version"] == 1 and rec["status"] == "completed" and rec["method"] == method
+        assert rec["device"].startswith("cpu")
+        for key in ("backbone", "seed", "variant", "config_hash", "git_commit", "versions", "created"):
+            assert rec[key] is not None
+        assert set(rec["bench"]["prefill_tokens_per_s"]) == {"b1_s16", "b2_s16"}
+        assert all(v > 0 for v in rec["bench"]["prefill_tokens_per_s"].values())
+        assert rec["bench"]["decode_ms_per_token"]["b1_p4"] > 0
+    hero_rec = records["hero"]
+    assert hero_rec["variant"] == "forced_skip" and hero_rec["skip"]["target_ffn_skip"] == 0.5
+    assert 0.0 < hero_rec["skip"]["param_rate"] < 1.0
+    assert abs(hero_rec["bench"]["prefill_realized_ffn_skip"]["b2_s16"] - 0.5) <= 1 / 32 + 1e-9
+    ideal = hero_rec["bench"]["prefill_ideal_speedup"]["b1_s16"]
+    measured = hero_rec["bench"]["prefill_measured_speedup"]["b1_s16"]
+    assert hero_rec["bench"]["prefill_measured_over_ideal"]["b1_s16"] == pytest.approx(measured / ideal)
+    assert records["dense"]["config_hash"] != hero_rec["config_hash"]
+    full = json.loads((out / "bench.json").read_text())
+    assert set(full["results"]["prefill"]) == {"b1_s16", "b2_s16"}
+    assert "hero.bench:" in proc.stdout and "measured/ideal" in proc.stdout
