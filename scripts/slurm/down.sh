@@ -15,10 +15,19 @@ if [ ! -d "$STATE" ]; then
 fi
 export SLURM_CONF="$STATE/etc/slurm.conf"
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive <pidfile> [name]: the pid in the file runs AND is the daemon we started (a stale pid file
+# whose pid now belongs to another process is not ours: never signal it).
+alive() {
+    local pid name
+    [ -f "$1" ] || return 1
+    pid="$(cat "$1" 2>/dev/null)"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    name="${2:-$(basename "$1" .pid)}"
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]
+}
 
 # Cancel what is left on this cluster (only when our controller is up and answers).
-if alive "$STATE/run/slurmctld.pid" && [ -f "$SLURM_CONF" ]; then
+if alive "$STATE/run/slurmctld.pid" slurmctld && [ -f "$SLURM_CONF" ]; then
     ids="$(timeout 10 squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ')"
     if [ -n "${ids// /}" ]; then
         log "cancelling jobs still on the test cluster: $ids"
@@ -35,7 +44,7 @@ stop() {  # stop <name> <pidfile>: TERM, wait up to 10 s, then KILL; only that p
     local name="$1" pidfile="$2" pid
     [ -f "$pidfile" ] || return 0
     pid="$(cat "$pidfile")"
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    if alive "$pidfile" "$name"; then
         kill -TERM "$pid" 2>/dev/null
         for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         if kill -0 "$pid" 2>/dev/null; then

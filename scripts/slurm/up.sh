@@ -34,7 +34,16 @@ for b in munged mariadbd slurmdbd slurmctld slurmd sacctmgr sinfo; do
     command -v "$b" >/dev/null || die "$b not found: run scripts/slurm/install.sh (make slurm-install)"
 done
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive <pidfile> [name]: the pid in the file runs AND is the daemon we started (a stale pid file
+# whose pid now belongs to another process is not ours: never signal it).
+alive() {
+    local pid name
+    [ -f "$1" ] || return 1
+    pid="$(cat "$1" 2>/dev/null)"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    name="${2:-$(basename "$1" .pid)}"
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]
+}
 
 if [ "${HERO_SLURM_FRESH:-0}" = 1 ] && [ -d "$STATE" ]; then
     "$HERE/down.sh" >/dev/null 2>&1 || true
@@ -91,7 +100,7 @@ if [ ! -d "$STATE/mysql/data/mysql" ]; then
         --auth-root-authentication-method=socket >"$STATE/log/mariadb-install.log" 2>&1 \
         || die "mariadb-install-db failed: see $STATE/log/mariadb-install.log"
 fi
-if ! alive "$STATE/mysql/mysqld.pid"; then
+if ! alive "$STATE/mysql/mysqld.pid" mariadbd; then
     # --no-defaults: ignore /etc/mysql so a system MariaDB (if any) is not disturbed.
     mariadbd --no-defaults --user=mysql --datadir="$STATE/mysql/data" --socket="$MYSQL_SOCK" \
         --pid-file="$STATE/mysql/mysqld.pid" --skip-networking --log-error="$STATE/log/mariadb.log" \
