@@ -34,8 +34,8 @@ EXTENDED9 = {**PAPER7, "gsm8k": ("gsm8k_cot_llama", 8, "exact_match,strict-match
 
 
 @pytest.fixture(scope="module")
-def micro(tmp_path_factory):
-    bed = ensure_testbed(tmp_path_factory.mktemp("hero-eval-cache"), TINY_RECIPE)
+def micro(micro_cache):
+    bed = ensure_testbed(micro_cache, TINY_RECIPE)
     return bed, bed.load_backbone(), bed.load_tokenizer()
 
 
