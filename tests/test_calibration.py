@@ -169,3 +169,129 @@ def test_trials_run_asynchronously_a_new_one_starts_when_a_slot_frees(tmp_path):
     assert all(running <= 1 for _, _, running in executor.started)
     assert len(set(starts[2:])) == len(starts[2:])
     assert all(o.trials <= 8 for o in outcomes), [o.trials for o in outcomes]  # 2 in flight: ≤ 4 rounds
+
+
+def _calibrate_main():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("calibrate_entry", REPO / "calibrate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def _micro(root: Path, micro_cache: Path) -> list[str]:
+    return ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={root}", "trainer.progress=false",
+            *MICRO_TRIAL]
+
+
+def _cli(script: str, args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, str(REPO / script), *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def two_variants(micro_cache, tmp_path_factory):
+    """full and no_history calibrated to 10 % realized skip (±2 pp: the micro response is a steep cliff)."""
+    root = tmp_path_factory.mktemp("calibrated")
+    start = time.time()
+    code = _calibrate_main()(["ablation=full,no_history", "target_skip=0.1", "calibration.tolerance=0.02",
+                              *_micro(root, micro_cache)])
+    return root, code, time.time() - start
+
+
+def test_two_variants_reach_the_tolerance(two_variants):
+    root, code, _ = two_variants
+    assert code == 0
+    entries = {e["variant"]: e for e in json.loads((root / "calibration" / "calibration.json").read_text())["entries"]}
+    assert set(entries) == {"full", "no_history"}
+    for entry in entries.values():
+        assert abs(entry["realized_skip"] - 0.1) <= 0.02 and entry["trials"] <= 8
+        assert entry["backbone"] == "tiny:micro" and entry["trial_steps"] == 40
+        study = optuna.load_study(study_name=entry["study"], storage=f"sqlite:///{root}/calibration/optuna.db")
+        best = min((t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
+        assert best.params["alpha"] == entry["alpha"] and best.user_attrs["skip"] == entry["realized_skip"]
+        assert study.user_attrs["target_skip"] == 0.1 and study.user_attrs["sampler"] == "monotone"
+    assert entries["full"]["alpha"] != entries["no_history"]["alpha"]
+
+
+def test_calibration_file_feeds_a_seeded_multirun(two_variants, micro_cache):
+    root, _, _ = two_variants
+    entries = {e["variant"]: e for e in json.loads((root / "calibration" / "calibration.json").read_text())["entries"]}
+    proc = _cli("train.py", ["-m", "ablation=full,no_history", "seed=42,43", "alpha=calibrated",
+                             "calibration.target_skip=0.1", "logger=none", "eval=none", *_micro(root, micro_cache)], root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(p.read_text()) for p in (root / "multirun").rglob("results.json")]
+    assert sorted((r["variant"], r["seed"]) for r in records) == [("full", 42), ("full", 43), ("no_history", 42),
+                                                                  ("no_history", 43)]
+    for r in records:
+        assert r["alpha"] == entries[r["variant"]]["alpha"]
+        report = r["calibration"]
+        assert report["target"] == 0.1 and report["realized_skip"] == r["skip"]["param_rate"]
+        assert report["study"] == entries[r["variant"]]["study"]
+    assert proc.stdout.count("calibration: realized skip") == 4
+
+
+def _study_states(db: Path) -> list[tuple[str, float]]:
+    if not db.exists():
+        return []
+    try:
+        summaries = optuna.get_all_study_summaries(storage=f"sqlite:///{db}")
+        if not summaries:
+            return []
+        study = optuna.load_study(study_name=summaries[0].study_name, storage=f"sqlite:///{db}")
+        return [(t.state.name, t.params.get("alpha")) for t in study.trials]
+    except Exception:  # noqa: BLE001 - the database is being created by the other process
+        return []
+
+
+def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
+    args = ["ablation=full", "target_skip=0.1", "calibration.tolerance=0.02", *_micro(tmp_path, micro_cache)]
+    db = tmp_path / "calibration" / "optuna.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, str(REPO / "calibrate.py"), *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        states = [s for s, _ in _study_states(db)]
+        if "COMPLETE" in states and "RUNNING" in states:
+            break
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _study_states(db)
+    assert [s for s, _ in before] == ["COMPLETE", "RUNNING"], before
+    rerun = _cli("calibrate.py", args, tmp_path)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert "resumed: 1 finished trial(s), 1 orphaned trial(s) re-enqueued" in rerun.stdout
+    after = _study_states(db)
+    assert after[0] == before[0] and after[1] == ("FAIL", before[1][1])
+    assert after[2] == ("COMPLETE", before[1][1])  # the killed trial's α, run again first
+    assert [a for s, a in after if s == "COMPLETE"].count(before[0][1]) == 1  # the finished one is not rerun
+
+
+@pytest.mark.parametrize("args, message", [
+    (["method=dense"], "method=dense (variant dense) has no routing"),
+    (["target_skip=0.3"], "target_skip=0.3 is unreachable for layers=second_half on tiny:micro: the routable FFNs "
+                          "hold 19.95 % of the parameters"),
+    (["target_skip=0.1", "calibration.storage.kind=rdb", "calibration.storage.url=postgresql://me:pw@h/db",
+      "calibration.storage.password_env=null"], "cannot open postgresql://me:***@h/db"),
+    (["target_skip=0.1", "calibration.storage.kind=rdb", "calibration.storage.url=postgresql://me@h/db"],
+     "password_env=HERO_OPTUNA_PASSWORD: the environment variable is not set (the password of postgresql://me@h/db"),
+])
+def test_bad_input_stops_with_one_line(args, message, micro_cache, tmp_path, capsys):
+    assert _calibrate_main()([*args, *_micro(tmp_path, micro_cache)]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+    assert ":pw@" not in captured.out + captured.err
+
+
+def test_unreachable_tolerance_after_the_budget_says_what_was_reached(micro_cache, tmp_path, capsys):
+    code = _calibrate_main()(["target_skip=0.05", "calibration.tolerance=0.0001", "calibration.max_trials=2",
+                              *_micro(tmp_path, micro_cache)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "error: full@0.05: tolerance ±0.01 pp not reached after 2 trials (calibration.max_trials=2): closest α=" in out
+    assert not (tmp_path / "calibration" / "calibration.json").exists()

@@ -19,6 +19,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import optuna
@@ -32,6 +33,8 @@ from hero.errors import ConfigError
 
 SAMPLERS = ("monotone", "tpe")
 MIN_BRACKET = 1e-3  # decades of α: a narrower bracket that still misses the tolerance is a jump
+# The loop records heartbeats itself (ask/tell, not Study.optimize), which is what Optuna warns about.
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
 class CalibrationFailed(ConfigError):
@@ -98,7 +101,7 @@ def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int) -> int:
         stale = now - float(t.user_attrs.get("heartbeat", 0.0)) > grace_s
         if not (_driver_gone(t.user_attrs.get("driver")) or stale):
             continue
-        study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        study.tell(t.number, state=TrialState.FAIL)
         retries = int(t.user_attrs.get("retries", 0))
         if PARAM in t.params and retries < max_retry:
             study.enqueue_trial({PARAM: t.params[PARAM]}, user_attrs={"retries": retries + 1,
@@ -249,8 +252,7 @@ class Calibration:
             study = self.studies[plan.name]
             trial = study.ask({PARAM: self.distribution})
             alpha = trial.params[PARAM]
-            for key, value in {"driver": self.driver, "heartbeat": time.time()}.items():
-                trial.set_user_attr(key, value)
+            self._beat(trial, driver=True)
             config = trial_config(plan.cfg, alpha, plan.name, plan.steps, plan.target)
             run_dir = f"{self.trials_dir}/{plan.meta['slug']}/alpha={alpha:.6g}"
             self.log(f"study {plan.name}: trial {trial.number} α={alpha:.4g} started ({run_dir})")
@@ -263,11 +265,17 @@ class Calibration:
         poll = float(self.ccfg.poll_s)
         while not any(job.done() for job, _, _ in self.in_flight):
             for _, _, trial in self.in_flight:
-                trial.set_user_attr("heartbeat", time.time())
-                if self._native_heartbeat:
-                    self.storage.record_heartbeat(trial._trial_id)
+                self._beat(trial)
             time.sleep(poll)
         self._collect()
+
+    def _beat(self, trial: optuna.trial.Trial, driver: bool = False) -> None:
+        """Mark a trial in flight as alive (Optuna's heartbeat on RDB storages, a user attribute everywhere)."""
+        if driver:
+            trial.set_user_attr("driver", self.driver)
+        trial.set_user_attr("heartbeat", time.time())
+        if self._native_heartbeat:
+            self.storage.record_heartbeat(trial._trial_id)
 
     def _collect(self) -> None:
         """Tell the studies the results of every finished trial."""
@@ -290,7 +298,7 @@ class Calibration:
 
     def _failed(self, study: optuna.Study, trial: optuna.trial.Trial, err: Exception) -> None:
         message = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
-        retries = int(study._storage.get_trial(trial._trial_id).user_attrs.get("retries", 0))
+        retries = int(trial.user_attrs.get("retries", 0))
         trial.set_user_attr("error", message)
         study.tell(trial, state=TrialState.FAIL)
         self.log(f"study {study.study_name}: trial {trial.number} failed: {message}")
