@@ -499,6 +499,7 @@ class HeroSubmititLauncher(_Base):  # type: ignore[misc,valid-type]
                     pass
             chash = config_hash(container)
             force = bool(container.get("force", False)) if isinstance(container, dict) else False
+            objective_key = container.get("objective") if isinstance(container, dict) else None
             root = OmegaConf.select(task, "paths.root", default=None)
             index_file = str((Path(str(root)) / "index" / f"{chash}.json").absolute()) if root else None
             sweep_dir = Path(str(cfg.hydra.sweep.dir))
@@ -512,7 +513,8 @@ class HeroSubmititLauncher(_Base):  # type: ignore[misc,valid-type]
             if prev is not None:
                 HydraConfig.instance().set_config(prev)
         return {"num": num, "overrides": list(overrides), "subdir": subdir, "output_dir": str(out.absolute()),
-                "launch_hash": chash, "index_file": index_file, "force": force}
+                "launch_hash": chash, "index_file": index_file, "force": force,
+                "objective_key": objective_key if isinstance(objective_key, str) else None}
 
     def _executor(self) -> Any:
         import submitit
@@ -643,7 +645,7 @@ class HeroSubmititLauncher(_Base):  # type: ignore[misc,valid-type]
                     returns.append(_job_return(p, JobStatus.COMPLETED, r))
             elif p["state"] == "SKIPPED":
                 rec = read_record(p["record"]) or {}
-                returns.append(_job_return(p, JobStatus.COMPLETED, rec.get("objective")))
+                returns.append(_job_return(p, JobStatus.COMPLETED, _dotted(rec, p.get("objective_key"))))
             else:
                 returns.append(_job_return(p, JobStatus.FAILED, JobFailed(
                     f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}")))
@@ -656,6 +658,16 @@ class HeroSlurmLauncher(HeroSubmititLauncher):
 
 class HeroLocalLauncher(HeroSubmititLauncher):
     _EXECUTOR = "local"
+
+
+def _dotted(record: dict, key: str | None) -> Any:
+    """``record[a][b]`` for key ``a.b`` (the value train.py returns for a skipped job), else None."""
+    cur: Any = record
+    for part in (key or "").split("."):
+        if not part or not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
 
 
 def _job_return(p: dict, status: Any, value: Any) -> Any:

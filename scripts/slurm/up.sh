@@ -89,8 +89,8 @@ if ! munge_ok; then
     fi
     for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
     munge_ok || die "munge does not answer on $MUNGE_SOCK"
-else
-    log "using the munged already answering on $MUNGE_SOCK"
+elif ! alive "$STATE/munge/munged.pid"; then
+    log "using the munged already answering on $MUNGE_SOCK (not started here, left alone)"
 fi
 
 # ---------------------------------------------------------------- mariadb (socket only, no network)
