@@ -295,3 +295,23 @@ def test_unreachable_tolerance_after_the_budget_says_what_was_reached(micro_cach
     assert code == 1
     assert "error: full@0.05: tolerance ±0.01 pp not reached after 2 trials (calibration.max_trials=2): closest α=" in out
     assert not (tmp_path / "calibration" / "calibration.json").exists()
+
+
+def test_trial_config_is_a_shortened_train_config_without_storage(tmp_path):
+    from hero.calibration.trials import TrialConfigError, trial_config, trial_steps
+
+    cfg = compose_train([f"paths.root={tmp_path}", "trainer.max_steps=150"])
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.calibration.trial_fraction = 0.5
+        cfg.calibration.storage = {"kind": "rdb", "url": "postgresql://me:pw@h/db"}
+    assert trial_steps(cfg) == 75
+    trial = trial_config(cfg, 4e-4, "study-x", 75, 0.1)
+    assert trial["alpha"] == 4e-4 and trial["trainer"]["max_steps"] == 75 and trial["objective"] == "skip.param_rate"
+    assert trial["calibration"] == {"file": cfg.calibration.file, "target_skip": 0.1, "study": "study-x"}
+    assert "pw" not in json.dumps(trial) and trial["force"] is False
+    with open_dict(cfg):
+        cfg.calibration.trial_fraction = 1.5
+    with pytest.raises(TrialConfigError, match=r"calibration.trial_fraction=1.5: must lie in \(0, 1\]"):
+        trial_steps(cfg)
