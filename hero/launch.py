@@ -438,7 +438,7 @@ class HydraJob:
 # =============================================================================================
 
 # Keys handled by HeroSubmititLauncher itself, not passed on to submitit.
-HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "poll_s")
+HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "poll_s")  # poll_s: accepted, unused
 
 
 try:  # hydra-submitit-launcher is a hard dependency; keep `import hero.launch` cheap otherwise
@@ -456,7 +456,6 @@ class HeroSubmititLauncher(_Base):  # type: ignore[misc,valid-type]
       wait           (true)   false: submit, write the manifest, return at once (SLURM only)
       records_root   (null)   where to look for existing records; default the sweep dir
       job_dir        ("key")  "key": subdir = job_key(overrides, hash); "hydra": keep hydra.sweep.subdir
-      poll_s         (5)      seconds between state polls while waiting
     """
 
     _EXECUTOR = "slurm"
@@ -467,7 +466,7 @@ class HeroSubmititLauncher(_Base):  # type: ignore[misc,valid-type]
         hero = {k: params.pop(k) for k in HERO_KEYS if k in params}
         hero = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v) for k, v in hero.items()}
         super().__init__(**params)
-        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", "poll_s": 5, **hero}
+        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", **hero}
 
     # ---- planning -------------------------------------------------------------------------
     def _plan(self, overrides: Sequence[str], num: int) -> dict:
