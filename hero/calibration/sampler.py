@@ -11,10 +11,10 @@ as the user attribute ``skip`` and the target the study stored as ``target_skip`
   points nearest the target (at least ``min_expand`` and at most ``step`` decades past the
   explored range, doubling ``step`` after each miss), or step by ``step`` when there is no
   slope yet; parallel proposals continue further out in the same direction;
-* a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant through the two
-  finished points nearest the target (regula falsi on the bracket ends when that leaves the
-  bracket), kept at least ``margin`` × width from the ends, which turns it into bisection
-  when the secant hugs an end; a parallel proposal takes the next free point of x*, x* ± δ,
+* a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant through the
+  bracket ends (regula falsi), or the midpoint (bisection) when the last two finished trials
+  fell on the same side of the target (regula falsi stagnating), kept at least ``margin`` ×
+  width from the ends; a parallel proposal takes the next free point of x*, x* ± δ,
   x* ± 2δ, … (δ = width / (2·parallel + 2)) inside the bracket, so several trials in
   flight cut the bracket at once instead of duplicating each other.
 
@@ -41,15 +41,17 @@ TARGET_ATTR = "target_skip"
 
 @dataclass(frozen=True)
 class Point:
-    """One finished trial: x = log10 α and its realized skip rate."""
+    """One finished trial: x = log10 α, its realized skip rate, α itself and the trial number."""
 
     x: float
     skip: float
+    alpha: float | None = None
+    number: int = 0
 
 
 def finished_points(study: Study) -> list[Point]:
     """Finished trials with a realized skip rate, sorted by α."""
-    points = [Point(math.log10(t.params[PARAM]), float(t.user_attrs[SKIP_ATTR]))
+    points = [Point(math.log10(t.params[PARAM]), float(t.user_attrs[SKIP_ATTR]), t.params[PARAM], t.number)
               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
               if PARAM in t.params and SKIP_ATTR in t.user_attrs]
     return sorted(points, key=lambda p: (p.x, p.skip))
@@ -124,9 +126,10 @@ class MonotoneSampler(BaseSampler):
         lo, hi = bracket(points, target)
         if lo is not None and hi is not None:
             width = hi.x - lo.x
-            x = secant(sorted(points, key=lambda p: abs(p.skip - target))[:2], target)
-            if x is None or not lo.x < x < hi.x:
-                x = lo.x + (target - lo.skip) * width / (hi.skip - lo.skip)
+            x = lo.x + (target - lo.skip) * width / (hi.skip - lo.skip)
+            last = sorted(points, key=lambda p: p.number)[-2:]
+            if len(last) == 2 and (last[0].skip < target) == (last[1].skip < target):
+                x = (lo.x + hi.x) / 2
             x = min(max(x, lo.x + self.margin * width), hi.x - self.margin * width)
             delta = width / (2 * self.parallel + 2)
             inside = [x + sign * k * delta for k in range(1, n) for sign in (1, -1)]

@@ -116,7 +116,7 @@ def closest(study: optuna.Study, target: float) -> tuple[float, float] | None:
     if not points:
         return None
     best = min(points, key=lambda p: abs(p.skip - target))
-    return 10.0 ** best.x, best.skip
+    return best.alpha, best.skip
 
 
 def trials_used(study: optuna.Study) -> int:
