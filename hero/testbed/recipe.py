@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -24,31 +24,30 @@ class Recipe:
     heldout_plays: tuple[str, ...] = ("macbeth", "twelfth_night")
     heldout_eval_tokens: int = 16384  # tokens of held-out plays scored by evaluate()
     play_fraction: float = 1.0  # share of each training play's text used (tests shrink it)
-    n_entities: int = 120
+    n_entities: int = 60
     mix_plays: float = 0.40  # share of pretraining rows drawn from each source
     mix_facts: float = 0.40
     mix_arith: float = 0.15
     mix_chat: float = 0.05
     arith_heldout_fraction: float = 0.1  # share of (a, b) pairs never seen in training
     # --- tokenizer --------------------------------------------------------------
-    vocab_size: int = 4096
+    vocab_size: int = 2048
     # --- backbone (Llama architecture) -------------------------------------------
-    hidden_size: int = 256
+    hidden_size: int = 128
     num_layers: int = 8
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 688
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    intermediate_size: int = 384
     seq_len: int = 256
     tie_embeddings: bool = False
     # --- pretraining --------------------------------------------------------------
-    steps: int = 220
+    steps: int = 320
     batch_size: int = 16
-    lr: float = 3e-3
+    lr: float = 4e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 20
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    num_threads: int = 2
     # --- task suite sizes -----------------------------------------------------------
     n_arith_eval: int = 300
     n_cloze_eval: int = 300

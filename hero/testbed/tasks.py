@@ -19,7 +19,7 @@ heldout_ppl    text, play                                        loglikelihood_r
 =============  ================================================  =========================
 
 * ``fact_recall``: every (entity, attribute) asked in a *held-out* phrasing
-  ("Zaigra resides in"); the three distractors are other values of the same attribute.
+  ("In truth, Zaigra lives in"); the three distractors are other values of the same attribute.
   Chosen by summed log-likelihood of the continuation. Chance 0.25.
 * ``fact_answer``: both held-out phrasings of every fact, scored on the answer tokens
   only. ``answer_prob`` = exp(mean over items of the summed answer log-probability) =
@@ -35,7 +35,7 @@ heldout_ppl    text, play                                        loglikelihood_r
   the first token of each chunk is not scored), lower is better; ``inv_ppl`` = 1/ppl
   (geometric-mean token probability), higher is better; ``loss`` = mean NLL. lm-eval's
   rolling perplexities are per word/byte and prepend an EOT token, so they differ
-  in scale. Chance of ``inv_ppl``: 1/vocab_size (uniform next-token guess); the build
+  in scale. Chance of ``inv_ppl``: 1/vocab_size of ``RECIPE`` (uniform next-token guess); the build
   also records the unigram perplexity in the manifest.
 
 Every metric other than ``ppl`` and ``loss`` is higher-is-better. ``TASK_PRIMARY_METRIC``
@@ -55,6 +55,7 @@ import torch
 import torch.nn.functional as F
 
 from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES, arith_line, facts_of
+from hero.testbed.recipe import RECIPE
 
 TASKS = ("fact_recall", "fact_answer", "arithmetic", "play_cloze", "heldout_ppl")
 TASK_PRIMARY_METRIC: dict[str, str] = {
@@ -69,7 +70,7 @@ CHANCE: dict[str, float] = {
     "fact_answer": 1 / 16,
     "arithmetic": 1 / 199,
     "play_cloze": 0.25,
-    "heldout_ppl": 1 / 4096,
+    "heldout_ppl": 1 / RECIPE.vocab_size,
 }
 
 
