@@ -54,7 +54,7 @@ SCHEMA_VERSION = 1
 RESULTS_FILENAME = "results.json"
 
 # Keys of the resolved config that do not change what a run computes.
-RUN_LOCAL_KEYS = ("logger", "hydra", "paths", "force", "trainer.checkpoint_every", "trainer.progress")
+RUN_LOCAL_KEYS = ("logger", "hydra", "paths", "force", "calibration.file", "trainer.checkpoint_every", "trainer.progress")
 
 
 def _drop(cfg: dict, dotted: str) -> None:

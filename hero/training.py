@@ -143,12 +143,15 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
     model.train()
     history: list[dict] = []
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
+    completed = {"step": start_step, "tokens": tokens}
+    unregister = _save_on_preemption(checkpoint_dir, completed, named, optimizer, scheduler, tcfg) if rank == 0 else None
     bar = tqdm(range(start_step, updates), initial=start_step, total=updates, disable=not tcfg.progress or rank != 0,
                desc="train", dynamic_ncols=True)
     for step in bar:
         batch_start = step * tcfg.global_batch + rank * per_rank
         sums = {"loss": 0.0, "lm_loss": 0.0, "skip_loss": 0.0}
         step_meter = SkipMeter(model) if routed else None
+        step_tokens = 0
         for micro in range(accum):
             lo = batch_start + micro * tcfg.micro_batch
             batch = collate([dataset[i] for i in order[lo: lo + tcfg.micro_batch]], pad_id)
@@ -165,16 +168,19 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
             (loss / accum).backward()
             if routed:
                 step_meter.update(records, batch["attention_mask"])
-            tokens += int(batch["attention_mask"].sum()) * world_size
+            step_tokens += int(batch["attention_mask"].sum())
             for key, value in (("loss", loss), ("lm_loss", lm_loss), ("skip_loss", l_skip)):
                 sums[key] += float(value.detach()) / accum
         if world_size > 1:
             average_gradients(params, world_size)
             sums = {k: all_mean(v, device) for k, v in sums.items()}
+            step_tokens = round(all_mean(step_tokens, device) * world_size)
+        tokens += step_tokens
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        completed.update(step=step + 1, tokens=tokens)
         metrics = {"step": step + 1, **sums, "param_skip": step_meter.param_rate if routed else 0.0,
                    "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
         last = metrics
@@ -185,10 +191,25 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
             on_log(metrics)
         if (step + 1) % tcfg.checkpoint_every == 0 and step + 1 < updates and rank == 0:
             save_checkpoint(checkpoint_dir, step + 1, tokens, named, optimizer, scheduler, tcfg.keep_checkpoints)
+    if unregister is not None:
+        unregister()
     model.eval()
     return TrainSummary(steps=updates, tokens=tokens, final_loss=last["loss"], final_lm_loss=last["lm_loss"],
                         final_skip_loss=last["skip_loss"], train_param_skip=last["param_skip"],
                         history=history)
+
+
+def _save_on_preemption(directory: Path, completed: dict, named, optimizer, scheduler, tcfg):
+    """Under the SLURM launcher, save the last completed update when the job is preempted or times out.
+
+    submitit calls the hook from its USR2 handler, then requeues; the requeued job resumes
+    here instead of at the last periodic checkpoint. Parameters and optimizer state only
+    change inside ``optimizer.step()``, so between steps they are those of ``completed``.
+    """
+    from hero.launch import register_checkpoint_fn
+
+    return register_checkpoint_fn(lambda: save_checkpoint(directory, completed["step"], completed["tokens"], named,
+                                                          optimizer, scheduler, tcfg.keep_checkpoints))
 
 
 def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
