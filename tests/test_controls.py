@@ -278,8 +278,9 @@ def test_recent_state_only_memory_is_the_last_write(monkeypatch):
     original = router.write
 
     def logged_write(carry, k, v, rho, **options):
-        writes.append((k, v, original(carry, k, v, rho, **options)))
-        return writes[-1][2]
+        S, zeta = original(carry, k, v, rho, **options)
+        writes.append((k, v, (S.clone(), zeta.clone())))  # inference updates a donated memory in place later
+        return S, zeta
 
     monkeypatch.setattr(router, "write", logged_write)
     ids, mask = batch_with_padding()
