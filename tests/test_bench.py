@@ -154,6 +154,20 @@ def test_greedy_generation_identical_with_and_without_cache():
     assert torch.equal(cached, uncached)
 
 
+def test_cpu_peak_memory_counts_live_tensors():
+    from hero.bench.timing import peak_memory
+
+    with torch.inference_mode():
+        with peak_memory("cpu") as mem:
+            a = torch.ones(1000, 250)  # 1 MB
+            b = a * 2  # 2 MB live
+            del a
+            c = b.view(-1)  # a view: no new storage
+            d = torch.ones(500, 250)  # 0.5 MB: 1.5 MB live
+        assert c.numel() == d.numel() * 2
+    assert mem["kind"] == "cpu_live_tensor_bytes" and mem["peak_bytes"] == 2_000_000
+
+
 def test_routed_twin_shares_the_backbone():
     torch.manual_seed(0)
     dense = LlamaForCausalLM(LlamaConfig(**SMALL)).eval()
@@ -191,6 +205,7 @@ def test_cli_smoke_writes_valid_records(tmp_path):
         assert set(rec["bench"]["prefill_tokens_per_s"]) == {"b1_s16", "b2_s16"}
         assert all(v > 0 for v in rec["bench"]["prefill_tokens_per_s"].values())
         assert rec["bench"]["decode_ms_per_token"]["b1_p4"] > 0
+        assert rec["bench"]["peak_memory_mb"]["prefill_b2_s16"] > rec["bench"]["peak_memory_mb"]["prefill_b1_s16"] > 0
     hero_rec = records["hero"]
     assert hero_rec["variant"] == "forced_skip" and hero_rec["skip"]["target_ffn_skip"] == 0.5
     assert 0.0 < hero_rec["skip"]["param_rate"] < 1.0

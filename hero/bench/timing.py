@@ -79,15 +79,13 @@ def summary(seconds: list[float]) -> dict[str, float]:
 
 
 @contextmanager
-def peak_memory(device: torch.device | str, interval_s: float = 0.0005) -> Iterator[dict]:
+def peak_memory(device: torch.device | str) -> Iterator[dict]:
     """Peak memory reached inside the block, beyond what was allocated on entry.
 
     CUDA: the caching allocator's peak (``torch.cuda.max_memory_allocated``) minus the
-    allocation on entry. CPU: the process resident set size, sampled from
-    /proc/self/statm by a background thread every ``interval_s`` (torch kernels release
-    the GIL), minus the RSS on entry — an approximation (short peaks between samples
-    are missed; memory the C allocator keeps after a free counts as used). ``kind``
-    in the result says which one was measured; ``peak_bytes`` is the absolute peak.
+    allocation on entry. CPU: the peak bytes of tensors created inside the block
+    (``_LiveTensorBytes``; the process RSS would hide it behind the C allocator's cache).
+    ``kind`` in the result says which one was measured.
     """
     device = torch.device(device)
     out: dict = {}
@@ -100,38 +98,65 @@ def peak_memory(device: torch.device | str, interval_s: float = 0.0005) -> Itera
         peak = int(torch.cuda.max_memory_allocated(device))
         out.update(kind="cuda_max_allocated", peak_bytes=peak, delta_bytes=peak - base)
         return
-    import threading
-
-    base = _rss_bytes()
-    state = {"peak": base, "stop": False}
-
-    def sample() -> None:
-        while not state["stop"]:
-            state["peak"] = max(state["peak"], _rss_bytes())
-            time.sleep(interval_s)
-
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
+    tracker = _LiveTensorBytes()
+    with tracker:
         yield out
-    finally:
-        state["stop"] = True
-        thread.join()
-        peak = max(state["peak"], _rss_bytes())
-        out.update(kind="cpu_rss_sampled", peak_bytes=peak, delta_bytes=peak - base)
+    out.update(kind="cpu_live_tensor_bytes", peak_bytes=tracker.peak, delta_bytes=tracker.peak)
 
 
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except OSError:
-        return -1
+class _LiveTensorBytes:
+    """Peak bytes of tensors created by torch ops inside the block (CPU peak-memory estimate).
 
+    A ``TorchDispatchMode`` sees every op's outputs; each new storage is counted once
+    (views share it) until the tensor that brought it is garbage collected. Kernel-internal
+    scratch buffers are invisible, and a storage that outlives its first tensor through a
+    view is released early, so this is a close lower bound of the activation + new KV
+    memory, independent of what the C allocator keeps cached.
+    """
 
-try:
-    import os as _os
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
 
-    _PAGE = _os.sysconf("SC_PAGE_SIZE")
-except (ValueError, OSError, AttributeError):
-    _PAGE = 4096
+        tracker = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                tracker._record(out)
+                return out
+
+        self.mode = Mode()
+        self.live = 0
+        self.peak = 0
+        self.storages: dict[int, int] = {}
+
+    def _record(self, out) -> None:
+        import weakref
+
+        from torch.utils._pytree import tree_leaves
+
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+                continue
+            try:
+                storage = t.untyped_storage()
+                key, nbytes = storage.data_ptr(), storage.nbytes()
+            except (RuntimeError, NotImplementedError):
+                continue
+            if nbytes == 0 or key in self.storages:
+                continue
+            self.storages[key] = nbytes
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(t, self._free, key)
+
+    def _free(self, key: int) -> None:
+        nbytes = self.storages.pop(key, 0)
+        self.live -= nbytes
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
