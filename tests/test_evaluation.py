@@ -17,7 +17,9 @@ from hero.evaluation import (LM_EVAL_VERSION, EvaluationError, RetainError, chec
                              routing_statistics, suite_fingerprint, task_specs)
 from hero.evaluation.harness import harness_model, lm_eval_version, metric_values
 from hero.model import attach, last_records
+from hero.evaluation.tiny import scored_from
 from hero.testbed import TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
+from hero.testbed.tasks import read_jsonl, score_sequences
 
 # HERO_SPEC §7, written out independently of conf/eval: (lm-eval task, few-shot, primary metric, chat template).
 PAPER7 = {
@@ -39,6 +41,28 @@ def micro(micro_cache):
     return bed, bed.load_backbone(), bed.load_tokenizer()
 
 
+def _testbed_scores(model, tokenizer, bed) -> dict:
+    """``hero.testbed.evaluate``, with heldout_ppl scored from ``scored_from`` (1 unless a chunk starts with
+    whitespace) by the testbed's own ``score_sequences``."""
+    own = evaluate(model, tokenizer, bed)
+    rows = read_jsonl(bed.data_dir / "tasks" / "heldout_ppl.jsonl")
+    seqs = [tokenizer(r["text"], add_special_tokens=False)["input_ids"] for r in rows]
+    scored = score_sequences(model, seqs, [scored_from(tokenizer, r["text"]) for r in rows], 32, tokenizer.pad_token_id)
+    loss = -sum(s for s, _, _ in scored) / sum(n for _, n, _ in scored)
+    own["heldout_ppl"] = {"loss": loss, "ppl": math.exp(loss), "inv_ppl": math.exp(-loss)}
+    return own
+
+
+def test_heldout_chunks_are_scored_from_the_second_token_unless_they_start_with_whitespace(micro):
+    tokenizer = micro[2]
+    assert scored_from(tokenizer, "MACBETH. So foul a day") == 1
+    first = tokenizer.decode(tokenizer("\n\nSo foul", add_special_tokens=False)["input_ids"][:1])
+    k = scored_from(tokenizer, "\n\nSo foul")
+    assert first.isspace() and k >= 2
+    head = tokenizer.decode(tokenizer("\n\nSo foul", add_special_tokens=False)["input_ids"][:k])
+    assert head == head.rstrip() and "\n\nSo foul".startswith(head)
+
+
 def _assert_same_scores(harness: dict, own: dict) -> None:
     assert set(harness) == set(own) == set(TASKS)
     for task, metrics in own.items():
@@ -50,7 +74,7 @@ def test_tiny_suite_runs_through_harness_and_reproduces_testbed_scores(micro):
     bed, model, tokenizer = micro
     eval_cfg = compose_train(["eval=tiny"]).eval
     scores, meta = evaluate_suite(model, tokenizer, eval_cfg, bed)
-    _assert_same_scores(scores, evaluate(model, tokenizer, bed))
+    _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
     assert meta["primary_metric"] == TASK_PRIMARY_METRIC
     assert meta["lm_eval"] == LM_EVAL_VERSION and meta["fingerprint"] == suite_fingerprint(eval_cfg)
     assert meta["tasks"]["fact_recall"]["lm_eval_task"] == "hero_tiny_fact_recall"
@@ -62,7 +86,7 @@ def test_tiny_suite_reproduces_testbed_scores_on_full_testbed():
     bed = ensure_testbed()
     model, tokenizer = bed.load_backbone(), bed.load_tokenizer()
     scores, _ = evaluate_suite(model, tokenizer, compose_train(["eval=tiny"]).eval, bed)
-    _assert_same_scores(scores, evaluate(model, tokenizer, bed))
+    _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
 
 
 def test_tiny_suite_limit_and_overrides_reach_the_harness(micro):
