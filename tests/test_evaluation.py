@@ -198,6 +198,7 @@ def test_overrides_change_specs_and_baseline_fingerprint():
     (["+eval.tasks.piqa.shots=3"], "unknown ['shots']"),
     (["eval.tasks.piqa.num_fewshot=-1"], "integer ≥ 0"),
     (["~eval.tasks.piqa.metric"], "missing ['metric']"),
+    (["eval.tasks.piqa=3"], "must be a mapping"),
 ])
 def test_bad_eval_config_fails_with_one_clear_line(overrides, message):
     with pytest.raises(EvaluationError, match=message.replace("[", r"\[").replace("]", r"\]")):

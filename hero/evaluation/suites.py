@@ -65,6 +65,8 @@ def task_specs(eval_cfg) -> list[TaskSpec]:
     specs = []
     for name, entry in tasks.items():
         where = f"eval.tasks.{name}"
+        if not isinstance(entry, dict):
+            raise EvaluationError(f"{where}={entry!r}: must be a mapping with keys {REQUIRED + OPTIONAL}")
         missing = [key for key in REQUIRED if entry.get(key) is None]
         unknown = sorted(set(entry) - set(REQUIRED) - set(OPTIONAL))
         if missing or unknown:
