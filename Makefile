@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # CPU machines: the CPU wheel of torch 2.13.0. GPU users: see README ("GPU machines").
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test bench clean-venv slurm-install slurm-up slurm-down
+.PHONY: setup demo test bench bench-speed clean-venv slurm-install slurm-up slurm-down
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ slurm-down:
 
 bench: setup
 	$(PY) -m hero.bench.overhead
+
+bench-speed: setup
+	$(PY) -m hero.bench
 
 clean-venv:
 	rm -rf $(VENV)
