@@ -24,9 +24,9 @@ class Recipe:
     heldout_plays: tuple[str, ...] = ("macbeth", "twelfth_night")
     heldout_eval_tokens: int = 16384  # tokens of held-out plays scored by evaluate()
     play_fraction: float = 1.0  # share of each training play's text used (tests shrink it)
-    n_entities: int = 60
-    mix_plays: float = 0.40  # share of pretraining rows drawn from each source
-    mix_facts: float = 0.40
+    n_entities: int = 30
+    mix_plays: float = 0.35  # share of pretraining rows drawn from each source
+    mix_facts: float = 0.45
     mix_arith: float = 0.15
     mix_chat: float = 0.05
     arith_heldout_fraction: float = 0.1  # share of (a, b) pairs never seen in training
@@ -41,7 +41,7 @@ class Recipe:
     seq_len: int = 256
     tie_embeddings: bool = False
     # --- pretraining --------------------------------------------------------------
-    steps: int = 320
+    steps: int = 400
     batch_size: int = 16
     lr: float = 4e-3
     min_lr_ratio: float = 0.1
