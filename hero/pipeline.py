@@ -86,7 +86,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float:
+def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Run one job; returns the objective (``cfg.objective``, a dotted path into the record)."""
     start = time.time()
     validate(cfg)
@@ -253,7 +253,10 @@ def completed_record(root: Path, chash: str) -> Path | None:
     return None
 
 
-def objective(record: dict, dotted: str) -> float:
+def objective(record: dict, dotted: str | None) -> float | None:
+    """The value at ``dotted`` in the record (``objective: null`` returns nothing, e.g. for method=dense)."""
+    if dotted is None:
+        return None
     value = record
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:
