@@ -215,3 +215,17 @@ def test_chat_template_labels_all_tokens_or_assistant_only(micro_cache):
     batch = collate([full, tokenize_conversation(tokenizer, messages[:1], 512)], tokenizer.pad_token_id)
     assert batch["attention_mask"].sum(1).tolist() == [len(full["input_ids"]), batch["attention_mask"][1].sum().item()]
     assert torch.all(batch["labels"][batch["attention_mask"] == 0] == -100)
+
+
+@pytest.mark.parametrize("method", ["lora", "drop_routable_ffn"])
+def test_reference_methods_run_end_to_end(micro_overrides, tmp_path, method):
+    run(compose_train(micro_overrides + [f"method={method}"]), run_dir=tmp_path / "run")
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["method"] == record["variant"] == method and record["alpha"] == 0.0
+    assert record["retain"]["baseline"] == "dense"
+    if method == "lora":
+        assert record["train"]["steps"] == 3 and record["skip"]["param_rate"] == 0.0
+        assert record["config"]["method"]["r"] == 128
+    else:
+        assert record["train"] is None
+        assert set(record["skip"]["per_layer_ffn_rate"].values()) == {0.0} and record["skip"]["param_rate"] > 0
