@@ -14,7 +14,8 @@ import sys
 import pytest
 import torch
 
-from hero.testbed import (CHANCE, RECIPE, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, TOKEN_TYPES, decoder_layers,
+from hero.model import decoder_layers
+from hero.testbed import (CHANCE, RECIPE, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, TOKEN_TYPES,
                           drop_routable_ffn, ensure_testbed, evaluate, recipe_hash, retain, token_type_batches,
                           token_type_losses)
 from hero.testbed.build import build_corpus, build_tokenizer_and_streams

@@ -11,13 +11,13 @@ Public API (see each module for the what and why):
 Text sources, licences and the task-file formats are documented in ``corpus`` and ``tasks``.
 """
 from hero.testbed.cache import Testbed, ensure_testbed, resolve_cache_root
-from hero.testbed.control import decoder_layers, drop_routable_ffn
+from hero.testbed.control import drop_routable_ffn
 from hero.testbed.recipe import RECIPE, TINY_RECIPE, Recipe, recipe_hash
 from hero.testbed.tasks import CHANCE, TASK_PRIMARY_METRIC, TASKS, evaluate, retain
 from hero.testbed.tokentypes import TOKEN_TYPES, token_type_batches, token_type_losses
 
 __all__ = [
     "CHANCE", "RECIPE", "TASKS", "TASK_PRIMARY_METRIC", "TINY_RECIPE", "TOKEN_TYPES", "Recipe", "Testbed",
-    "decoder_layers", "drop_routable_ffn", "ensure_testbed", "evaluate", "recipe_hash", "resolve_cache_root",
+    "drop_routable_ffn", "ensure_testbed", "evaluate", "recipe_hash", "resolve_cache_root",
     "retain", "token_type_batches", "token_type_losses",
 ]

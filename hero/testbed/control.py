@@ -12,20 +12,14 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from hero.model.attach import decoder_layers
+
 
 class ZeroFFN(nn.Module):
     """Stands in for a decoder layer's ``mlp``: returns zeros, so the residual stream passes unchanged."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(x)
-
-
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The model's decoder layers: the first ModuleList whose every entry has an ``mlp``."""
-    for module in model.modules():
-        if isinstance(module, nn.ModuleList) and len(module) and all(hasattr(m, "mlp") for m in module):
-            return module
-    raise ValueError(f"{type(model).__name__}: no ModuleList of decoder layers with an `mlp` found")
 
 
 def second_half(model: nn.Module) -> tuple[int, ...]:

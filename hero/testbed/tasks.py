@@ -258,6 +258,7 @@ def evaluate(model, tokenizer, testbed, batch_size: int = 32) -> dict[str, dict[
 
 
 def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, float]]) -> float:
-    """Retain (%) of ``scores`` against ``baseline``: mean over tasks of primary score / baseline score × 100."""
-    ratios = [scores[t][m] / baseline[t][m] for t, m in TASK_PRIMARY_METRIC.items()]
-    return 100.0 * sum(ratios) / len(ratios)
+    """Retain (%) of ``scores`` against the dense ``baseline`` on the primary metrics (HERO_SPEC §7)."""
+    from hero.evaluation.retain import retain as retain_against
+
+    return retain_against(scores, baseline, TASK_PRIMARY_METRIC, baseline_name="dense")["value"]
