@@ -41,7 +41,7 @@ class Recipe:
     seq_len: int = 256
     tie_embeddings: bool = False
     # --- pretraining --------------------------------------------------------------
-    steps: int = 400
+    steps: int = 680
     batch_size: int = 16
     lr: float = 4e-3
     min_lr_ratio: float = 0.1
