@@ -15,16 +15,7 @@ if [ ! -d "$STATE" ]; then
 fi
 export SLURM_CONF="$STATE/etc/slurm.conf"
 
-# alive <pidfile> [name]: the pid in the file runs AND is the daemon we started (a stale pid file
-# whose pid now belongs to another process is not ours: never signal it).
-alive() {
-    local pid name
-    [ -f "$1" ] || return 1
-    pid="$(cat "$1" 2>/dev/null)"
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
-    name="${2:-$(basename "$1" .pid)}"
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]
-}
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 # Cancel what is left on this cluster (only when our controller is up and answers).
 if alive "$STATE/run/slurmctld.pid" slurmctld && [ -f "$SLURM_CONF" ]; then
