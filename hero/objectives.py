@@ -73,6 +73,10 @@ class SkipMeter:
         self.ffn_params = ffn_param_counts(model)
         self.total_params = total_param_count(model)
         self.layers = sorted(self.ffn_params)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the accumulated batches; the parameter counts of the model are kept."""
         self.tokens = 0
         self.ffn_counts = torch.zeros(len(self.layers), dtype=torch.float64)
         self.gate_sums = torch.zeros(len(self.layers), dtype=torch.float64)

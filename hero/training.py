@@ -143,6 +143,7 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
     model.train()
     history: list[dict] = []
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
+    step_meter = SkipMeter(model) if routed else None
     completed = {"step": start_step, "tokens": tokens}
     unregister = _save_on_preemption(checkpoint_dir, completed, named, optimizer, scheduler, tcfg) if rank == 0 else None
     bar = tqdm(range(start_step, updates), initial=start_step, total=updates, disable=not tcfg.progress or rank != 0,
@@ -150,7 +151,8 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
     for step in bar:
         batch_start = step * tcfg.global_batch + rank * per_rank
         sums = {"loss": 0.0, "lm_loss": 0.0, "skip_loss": 0.0}
-        step_meter = SkipMeter(model) if routed else None
+        if routed:
+            step_meter.reset()
         step_tokens = 0
         for micro in range(accum):
             lo = batch_start + micro * tcfg.micro_batch
