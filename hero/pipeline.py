@@ -5,7 +5,8 @@ before any model is loaded. A completed record with the same config hash makes a
 relaunch a no-op (``force=true`` reruns). Checkpoints live under
 ``<paths.root>/checkpoints/<config_hash>/`` so that a relaunch or a requeued job
 resumes where the last one stopped; ``results.json`` is written atomically into
-the run directory and indexed under ``<paths.root>/index/<config_hash>.json``.
+the run directory and indexed under ``<paths.root>/index/<config_hash>.json``
+(``hero.results`` owns both). Several ranks: ``hero.distributed``.
 """
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ from hero.model.attach import LAYER_SETS, decoder_layers, resolve_layers
 from hero.model.io import backbone_fingerprint
 from hero.objectives import total_param_count
 from hero.summary import format_summary
-from hero.results import (RESULTS_FILENAME, SCHEMA_VERSION, config_hash, git_commit, now_iso, read_record, versions,
-                          write_atomic)
+from hero.distributed import init_distributed, world
+from hero.results import (RESULTS_FILENAME, SCHEMA_VERSION, completed_record, config_hash, git_commit, now_iso,
+                          read_record, versions, write_atomic, write_index)
 from hero.tracking import check_config as check_logger_config
 from hero.tracking import tracked_run
 from hero.training import check_config as check_trainer_config
-from hero.training import fit, remove_checkpoints, world
+from hero.training import fit, remove_checkpoints
 
 METHODS = ("hero", "dense", "lora", "drop_routable_ffn")
 TRAINED = ("hero", "lora")
@@ -111,7 +113,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     layers = resolve_layers(layer_spec(cfg), backbones.num_layers(cfg.model, bed))
     backbone = backbones.load(cfg.model, bed, device=device)
     if rank == 0:
-        write_atomic(root / "index" / f"{chash}.json", {"status": "running", "run_dir": str(run_dir), "updated": now_iso()})
+        write_index(root, chash, "running", run_dir)
     with tracked_run(cfg, resolved, str(run_dir), run_id=f"{chash}", enabled=rank == 0) as tracker:
         try:
             record = _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed, tracker, rank)
@@ -123,8 +125,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
                       wall_time_s=time.time() - start, created=now_iso(), wandb=tracker.info)
         if rank == 0:
             path = write_atomic(run_dir / RESULTS_FILENAME, record)
-            write_atomic(root / "index" / f"{chash}.json", {"status": "completed", "record": str(path),
-                                                             "run_dir": str(run_dir), "updated": now_iso()})
+            write_index(root, chash, "completed", run_dir, record=path)
             tracker.summary(_flat_summary(record))
             print(format_summary(record, str(path)), flush=True)
     remove_checkpoints(root / "checkpoints" / chash)
@@ -241,18 +242,6 @@ def _with_lora(model, method_cfg):
     return get_peft_model(model, config)
 
 
-def completed_record(root: Path, chash: str) -> Path | None:
-    """The record of a completed run with this config hash, if one exists on disk."""
-    index = root / "index" / f"{chash}.json"
-    if not index.is_file():
-        return None
-    entry = read_record(index)
-    record = Path(entry.get("record", ""))
-    if entry.get("status") == "completed" and record.is_file() and read_record(record).get("status") == "completed":
-        return record
-    return None
-
-
 def objective(record: dict, dotted: str | None) -> float | None:
     """The value at ``dotted`` in the record (``objective: null`` returns nothing, e.g. for method=dense)."""
     if dotted is None:
@@ -273,8 +262,7 @@ def _write_failed(cfg, resolved, chash, root, run_dir, start, err) -> None:
               "wall_time_s": time.time() - start, "created": now_iso(),
               "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
     path = write_atomic(Path(run_dir) / RESULTS_FILENAME, record)
-    write_atomic(root / "index" / f"{chash}.json", {"status": "failed", "record": str(path), "run_dir": str(run_dir),
-                                                     "updated": now_iso()})
+    write_index(root, chash, "failed", run_dir, record=path)
 
 
 def _flat_summary(record: dict) -> dict:
@@ -295,6 +283,4 @@ def _hydra_run_dir() -> str | None:
 def _init_distributed_if_needed() -> None:
     """Join the process group when launched with several tasks (torchrun or SLURM ntasks > 1)."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 or int(os.environ.get("SLURM_NTASKS", "1")) > 1:
-        from hero.launch import init_distributed
-
         init_distributed()

@@ -37,6 +37,15 @@ trial, benchmark — writes one record with these top-level fields:
     calibration     dict     only with alpha=calibrated: target, alpha, calibrated_skip, realized_skip,
                              deviation, tolerance, within_tolerance, study, trial_steps, file
                              (hero.calibration.transfer_report)
+
+Where records live, and how a finished run is found again (this module is their one home):
+``<run dir>/results.json`` is the record; ``<paths.root>/index/<config_hash>.json`` is the
+config-hash index entry (status running/completed/failed, path of the record, run dir) that
+makes a relaunch of the same config a no-op. ``completed_record`` and ``indexed_record`` read
+that index (the pipeline before running, the launcher before submitting, ``status`` after),
+``index_records`` scans a tree for completed records by hash (the launcher's ``records_root``).
+Importing this module does not import torch (``hero/__init__`` is lazy), so the launcher and
+its CLI stay light.
 """
 from __future__ import annotations
 
@@ -138,3 +147,60 @@ def _json_default(obj: Any) -> Any:
 def read_record(path: str | os.PathLike) -> dict:
     with open(path) as f:
         return json.load(f)
+
+
+def read_record_or_none(path: str | os.PathLike | None) -> dict | None:
+    """The JSON at ``path``, or None when it is missing or unreadable (a half-copied file, a typo)."""
+    if not path:
+        return None
+    try:
+        return read_record(path)
+    except (OSError, ValueError):
+        return None
+
+
+def is_completed(record: dict | None) -> bool:
+    """A record of a finished run (a record without ``status`` predates the field: completed)."""
+    return bool(record) and record.get("status", "completed") == "completed"
+
+
+def index_file(root: str | os.PathLike, chash: str) -> Path:
+    """The config-hash index entry of a run: ``<paths.root>/index/<config_hash>.json``."""
+    return Path(root) / "index" / f"{chash}.json"
+
+
+def write_index(root: str | os.PathLike, chash: str, status: str, run_dir: str | os.PathLike,
+                record: str | os.PathLike | None = None) -> Path:
+    """Point the index entry of ``chash`` at this run (status running / completed / failed)."""
+    entry = {"status": status, **({"record": str(record)} if record is not None else {}),
+             "run_dir": str(run_dir), "updated": now_iso()}
+    return write_atomic(index_file(root, chash), entry)
+
+
+def indexed_record(entry_path: str | os.PathLike | None) -> Path | None:
+    """The completed record an index entry points at, or None (no entry, running, failed, record gone)."""
+    entry = read_record_or_none(entry_path) or {}
+    record = entry.get("record")
+    if entry.get("status") == "completed" and record and is_completed(read_record_or_none(record)):
+        return Path(record)
+    return None
+
+
+def completed_record(root: str | os.PathLike, chash: str) -> Path | None:
+    """The record of a completed run with this config hash under ``root``, if one exists on disk."""
+    return indexed_record(index_file(root, chash))
+
+
+def index_records(root: str | os.PathLike) -> dict[str, Path]:
+    """config_hash (and launch_hash) -> path of a completed ``results.json``, for every record under ``root``."""
+    out: dict[str, Path] = {}
+    root = Path(root)
+    if not root.exists():
+        return out
+    for path in root.rglob(RESULTS_FILENAME):
+        record = read_record_or_none(path)
+        if is_completed(record):
+            for key in ("config_hash", "launch_hash"):
+                if record.get(key):
+                    out.setdefault(str(record[key]), path)
+    return out

@@ -7,7 +7,9 @@ so a requeued or resumed job continues the same W&B run instead of starting anot
 from __future__ import annotations
 
 import os
+import secrets
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from hero.errors import ConfigError
@@ -86,3 +88,30 @@ def tracked_run(cfg, resolved: dict, run_dir: str, run_id: str, enabled: bool = 
         run.finish(exit_code=1)
         raise
     run.finish()
+
+
+def wandb_run_id(run_dir: str | os.PathLike) -> str:
+    """The W&B run id of the run in ``run_dir``: created once (``<run_dir>/.wandb_run_id``) and read
+    back by a requeued or relaunched job, so ``wandb.init(id=..., resume="allow")`` continues the
+    same run instead of starting a duplicate. ``tracked_run`` uses the config hash instead; this is for
+    task functions launched through the HeRo launcher that have no config hash."""
+    path = Path(run_dir) / ".wandb_run_id"
+    if path.exists():
+        rid = path.read_text().strip()
+        if rid:
+            return rid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rid = secrets.token_hex(4)
+    tmp = path.with_name(f".wandb_run_id.{os.getpid()}")
+    tmp.write_text(rid + "\n")
+    try:
+        os.link(tmp, path)  # atomic create-if-absent: a concurrent rank/requeue keeps the first id
+    except FileExistsError:
+        rid = path.read_text().strip() or rid
+    except OSError:
+        if not path.exists():
+            os.replace(tmp, path)
+        rid = path.read_text().strip() or rid
+    finally:
+        tmp.unlink(missing_ok=True)
+    return rid

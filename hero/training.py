@@ -5,7 +5,7 @@ linear warm-up, grad-clip, optional bf16 autocast and gradient checkpointing,
 periodic checkpoints (trainable tensors + optimizer + scheduler + RNG + data
 position) and exact resume from the latest one. Under ``torch.distributed`` each
 rank takes its share of every global batch and the gradients of the trainable
-tensors are averaged across ranks; rank 0 writes checkpoints.
+tensors are averaged across ranks (``hero.distributed``); rank 0 writes checkpoints.
 """
 from __future__ import annotations
 
@@ -19,14 +19,15 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
 from hero.errors import ConfigError
 from hero.data import SFTDataset, collate
+from hero.distributed import all_mean, allreduce_gradients, world
 from hero.model import last_records
 from hero.objectives import SkipMeter, prediction_positions, skip_loss
+from hero.preemption import register_checkpoint_fn
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("linear", "cosine", "constant")
@@ -70,12 +71,6 @@ def check_config(tcfg) -> None:
         raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
     if tcfg.schedule not in SCHEDULES:
         raise TrainingConfigError(f"trainer.schedule={tcfg.schedule!r}: allowed values are {', '.join(SCHEDULES)}")
-
-
-def world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def total_updates(tcfg, num_samples: int) -> int:
@@ -174,7 +169,7 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
             for key, value in (("loss", loss), ("lm_loss", lm_loss), ("skip_loss", l_skip)):
                 sums[key] += float(value.detach()) / accum
         if world_size > 1:
-            average_gradients(params, world_size)
+            allreduce_gradients(params, average=True)
             sums = {k: all_mean(v, device) for k, v in sums.items()}
             step_tokens = round(all_mean(step_tokens, device) * world_size)
         tokens += step_tokens
@@ -208,26 +203,8 @@ def _save_on_preemption(directory: Path, completed: dict, named, optimizer, sche
     here instead of at the last periodic checkpoint. Parameters and optimizer state only
     change inside ``optimizer.step()``, so between steps they are those of ``completed``.
     """
-    from hero.launch import register_checkpoint_fn
-
     return register_checkpoint_fn(lambda: save_checkpoint(directory, completed["step"], completed["tokens"], named,
                                                           optimizer, scheduler, tcfg.keep_checkpoints))
-
-
-def average_gradients(params: list[torch.Tensor], world_size: int) -> None:
-    """All-reduce the gradients of the trainable tensors (the frozen backbone has none).
-
-    A tensor with no gradient on ANY rank keeps ``grad=None`` (as in single-process training, where
-    AdamW then leaves it untouched instead of decaying it); see hero.launch.allreduce_gradients."""
-    from hero.launch import allreduce_gradients
-
-    allreduce_gradients(params, average=True)
-
-
-def all_mean(value: float, device: torch.device) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return float(t) / dist.get_world_size()
 
 
 def rng_state() -> dict:

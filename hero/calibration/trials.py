@@ -25,6 +25,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hero.errors import ConfigError
+from hero.results import RESULTS_FILENAME
 
 EXECUTORS = ("auto", "inline", "local", "slurm")
 # Launcher keys that describe the sweep, not one job's resources.
@@ -74,7 +75,7 @@ def run_trial(config: dict, run_dir: str) -> dict:
     from hero.pipeline import run
 
     skip = run(OmegaConf.create(config), run_dir=run_dir)
-    record = Path(run_dir) / "results.json"
+    record = Path(run_dir) / RESULTS_FILENAME
     return {"skip": skip, "record": str(record) if record.is_file() else None}
 
 
@@ -124,7 +125,7 @@ def make_executor(kind: str, launcher: DictConfig | None, folder: str | Path):
     """An executor with a ``submit(fn, *args)`` that returns a job (``done``, ``result``, ``cancel``).
 
     For local / slurm the job resources come from the launcher config (``hydra/launcher=…``), the
-    same keys that hero.launch passes to submitit for training jobs.
+    same keys that the HeRo launcher (hero.dispatch.launcher) passes to submitit for training jobs.
     """
     if kind == "inline":
         return InlineExecutor()
