@@ -15,7 +15,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from slurm_fixtures import REPO, app_env, records, run_app, write_app  # noqa: E402
 
-from hero import launch  # noqa: E402
+from hero import distributed, preemption, tracking  # noqa: E402
+from hero.dispatch import plan, studies  # noqa: E402
+from hero.dispatch.job import HydraJob  # noqa: E402
 
 # ----------------------------------------------------------------------------- submitit local
 
@@ -27,7 +29,7 @@ def test_submitit_local_multirun_records_summary_and_skip(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     recs = records(sweep)
     assert sorted(rec["seed"] for rec in recs.values()) == [1, 2]
-    assert sorted(recs) == sorted(launch.job_key([f"seed={s}"], rec["config_hash"]) for s, rec in
+    assert sorted(recs) == sorted(plan.job_key([f"seed={s}"], rec["config_hash"]) for s, rec in
                                   ((rec["seed"], rec) for rec in recs.values()))
     summary = json.loads((sweep / "summary.json").read_text())
     assert summary["counts"] == {"COMPLETED": 2}
@@ -49,6 +51,26 @@ def test_submitit_local_failure_is_reported_and_the_rest_finishes(tmp_path):
     assert "deliberate failure (seed 1)" in summary["failed"][0]["error"]
     assert Path(summary["failed"][0]["log"]).exists()
     assert [rec["seed"] for rec in records(sweep).values()] == [2]
+
+
+
+def test_status_and_collect_on_a_sweep_without_manifest_say_so_in_one_line(tmp_path):
+    """A multirun made with Hydra's basic launcher has records but no manifest: one line, exit 2."""
+    sweep = tmp_path / "sweep"
+    app = write_app(tmp_path / "app", sweep)
+    r = run_app(app, "seed=1,2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert len(records(sweep)) == 2 and not (sweep / "manifests").exists()
+    for module, command in (("hero.launch", "status"), ("hero.dispatch", "collect")):
+        c = subprocess.run([sys.executable, "-m", module, command, str(sweep)], capture_output=True, text=True,
+                           cwd=REPO, env=app_env())
+        lines = (c.stdout + c.stderr).strip().splitlines()
+        assert c.returncode == 2 and len(lines) == 1, (c.returncode, c.stdout, c.stderr)
+        assert "no manifest" in lines[0] and "did not run through the HeRo launcher" in lines[0]
+        assert "hydra.launcher.wait=false" in lines[0] and f"python -m analysis.report {sweep}" in lines[0]
+    c = subprocess.run([sys.executable, "-m", "hero.dispatch", "status", str(tmp_path / "nowhere")],
+                       capture_output=True, text=True, cwd=REPO, env=app_env())
+    assert c.returncode == 2 and (c.stdout + c.stderr).strip().count("\n") == 0 and "nowhere" in c.stderr
 
 
 # ----------------------------------------------------------------------------- DDP
@@ -77,11 +99,11 @@ def _train(rank: int, world: int, steps: int = 5, global_batch: int = 8) -> dict
     model = _model()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.01)
     for x, y in _batches(steps, global_batch):
-        xs, ys = launch.shard(x, rank, world), launch.shard(y, rank, world)
+        xs, ys = distributed.shard(x, rank, world), distributed.shard(y, rank, world)
         loss = torch.nn.functional.mse_loss(model(xs), ys)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        launch.allreduce_gradients(model.parameters())
+        distributed.allreduce_gradients(model.parameters())
         opt.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()} | {"unused": model.unused.detach().clone()}
 
@@ -90,14 +112,14 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    r, w = launch.init_distributed()
+    r, w = distributed.init_distributed()
     assert (r, w) == (rank, world)
-    assert launch.init_distributed() == (rank, world)  # idempotent
+    assert distributed.init_distributed() == (rank, world)  # idempotent
     state = _train(r, w)
-    if launch.is_main_process():  # rank 0 writes
+    if distributed.is_main_process():  # rank 0 writes
         torch.save(state, out)
-    launch.barrier()
-    launch.destroy_distributed()
+    distributed.barrier()
+    distributed.destroy_distributed()
 
 
 def test_ddp_two_gloo_processes_match_single_process_on_the_same_global_batch(tmp_path):
@@ -115,8 +137,8 @@ def test_ddp_two_gloo_processes_match_single_process_on_the_same_global_batch(tm
 def test_init_distributed_is_a_noop_for_one_process(monkeypatch):
     for k in ("WORLD_SIZE", "RANK", "SLURM_STEP_NUM_TASKS", "SUBMITIT_LOCAL_NTASKS"):
         monkeypatch.delenv(k, raising=False)
-    assert launch.init_distributed() == (0, 1)
-    assert launch.is_main_process() and launch.get_world_size() == 1
+    assert distributed.init_distributed() == (0, 1)
+    assert distributed.is_main_process() and distributed.get_world_size() == 1
 
 
 def test_distributed_env_from_torchrun_srun_and_submitit_local(monkeypatch):
@@ -124,7 +146,7 @@ def test_distributed_env_from_torchrun_srun_and_submitit_local(monkeypatch):
         if k.startswith(("SLURM_", "SUBMITIT_")) or k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
                                                            "MASTER_PORT"):
             monkeypatch.delenv(k, raising=False)
-    assert launch.distributed_env() == {}
+    assert distributed.distributed_env() == {}
     # srun step with 2 tasks (submitit tasks_per_node=2 under SLURM)
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
     monkeypatch.setenv("SLURM_NTASKS", "2")
@@ -132,62 +154,62 @@ def test_distributed_env_from_torchrun_srun_and_submitit_local(monkeypatch):
     monkeypatch.setenv("SLURM_LOCALID", "1")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[003-005,007]")
-    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
-    env = launch.distributed_env()
+    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
+    env = distributed.distributed_env()
     assert env == {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu003",
-                   "MASTER_PORT": str(launch._port_for("4242"))}
+                   "MASTER_PORT": str(distributed._port_for("4242"))}
     # a python started directly in a 2-task batch script (no srun step) is NOT a 2-process world
     monkeypatch.delenv("SLURM_STEP_NUM_TASKS")
-    assert launch.distributed_env() == {}
+    assert distributed.distributed_env() == {}
     # submitit local tasks
     monkeypatch.setenv("SUBMITIT_LOCAL_NTASKS", "2")
     monkeypatch.setenv("SUBMITIT_LOCAL_GLOBALID", "0")
     monkeypatch.setenv("SUBMITIT_LOCAL_LOCALID", "0")
     monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "777")
-    assert launch.distributed_env()["WORLD_SIZE"] == "2"
+    assert distributed.distributed_env()["WORLD_SIZE"] == "2"
     # torchrun wins
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "3")
-    assert launch.distributed_env()["RANK"] == "3"
+    assert distributed.distributed_env()["RANK"] == "3"
 
 
 def test_first_host_parsing(monkeypatch):
-    monkeypatch.setattr(launch.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
-    assert launch._first_host("vm") == "vm"
-    assert launch._first_host("node[01-04],cpu7") == "node01"
-    assert launch._first_host("a1,a2") == "a1"
-    assert launch._first_host(None) == "127.0.0.1"
+    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
+    assert distributed._first_host("vm") == "vm"
+    assert distributed._first_host("node[01-04],cpu7") == "node01"
+    assert distributed._first_host("a1,a2") == "a1"
+    assert distributed._first_host(None) == "127.0.0.1"
 
 
 # ----------------------------------------------------------------------------- identity, W&B
 
 
 def test_job_key_is_stable_safe_and_ignores_hydra_overrides():
-    a = launch.job_key(["seed=42", "ablation=no_memory_read"], "0123456789abcdef")
-    b = launch.job_key(["ablation=no_memory_read", "seed=42", "hydra.launcher.wait=false"], "0123456789abcdef")
+    a = plan.job_key(["seed=42", "ablation=no_memory_read"], "0123456789abcdef")
+    b = plan.job_key(["ablation=no_memory_read", "seed=42", "hydra.launcher.wait=false"], "0123456789abcdef")
     assert a == b == "ablation=no_memory_read,seed=42__01234567"
-    assert "/" not in launch.job_key(["model=org/name", "layers.indices=[1,2]"], "f" * 16)
-    long = launch.job_key([f"router.k{i}=v{i}" for i in range(40)], "a" * 16)
+    assert "/" not in plan.job_key(["model=org/name", "layers.indices=[1,2]"], "f" * 16)
+    long = plan.job_key([f"router.k{i}=v{i}" for i in range(40)], "a" * 16)
     assert len(long) < 120 and long.endswith("__aaaaaaaa")
 
 
 def test_wandb_run_id_is_created_once_per_run_dir(tmp_path):
-    rid = launch.wandb_run_id(tmp_path / "run")
-    assert rid == launch.wandb_run_id(tmp_path / "run")
-    assert rid != launch.wandb_run_id(tmp_path / "other")
+    rid = tracking.wandb_run_id(tmp_path / "run")
+    assert rid == tracking.wandb_run_id(tmp_path / "run")
+    assert rid != tracking.wandb_run_id(tmp_path / "other")
 
 
 def test_checkpoint_hooks_run_on_preemption_and_requeue_same_call():
     saved = []
-    undo = launch.register_checkpoint_fn(lambda: saved.append("saved"))
+    undo = preemption.register_checkpoint_fn(lambda: saved.append("saved"))
     try:
-        job = launch.HydraJob(None, None, None)
+        job = HydraJob(None, None, None)
         delayed = job.checkpoint(["seed=1"], "hydra.sweep.dir", 0, "seed=1__x", {})
-        assert saved == ["saved"] and launch.preemption_requested()
+        assert saved == ["saved"] and preemption.preemption_requested()
         assert delayed.function is job and delayed.args[0] == ["seed=1"]
     finally:
         undo()
-        launch._PREEMPTED.clear()
+        preemption._PREEMPTED.clear()
 
 
 # ----------------------------------------------------------------------------- presets and studies
@@ -219,10 +241,10 @@ STUDIES = sorted((REPO / "sweeps").glob("*.yaml"))
 def test_studies_count_their_jobs_and_compose(study_path):
     from hydra import compose, initialize_config_dir
 
-    study = launch.load_study(study_path)
-    assert study.get("expected_jobs") == launch.study_size(study), "expected_jobs must match the grid"
-    cmds = launch.study_commands(study)
-    assert sum(launch.command_size(c) for c in cmds) == study["expected_jobs"]
+    study = studies.load_study(study_path)
+    assert study.get("expected_jobs") == studies.study_size(study), "expected_jobs must match the grid"
+    cmds = studies.study_commands(study)
+    assert sum(studies.command_size(c) for c in cmds) == study["expected_jobs"]
     assert all(any(o.startswith("hydra.sweep.dir=") for o in c) for c in cmds)
     # the first point of every variant composes with the real config tree
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -214,14 +214,14 @@ def _ddp_probe():
     import torch
     import torch.distributed as dist
 
-    from hero import launch
+    from hero import distributed
 
-    rank, world = launch.init_distributed()
+    rank, world = distributed.init_distributed()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
-    out = {"rank": rank, "world": world, "sum": float(t), "main": launch.is_main_process(),
+    out = {"rank": rank, "world": world, "sum": float(t), "main": distributed.is_main_process(),
            "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}
-    launch.destroy_distributed()
+    distributed.destroy_distributed()
     return out
 
 

@@ -1,0 +1,18 @@
+"""Dispatch at scale: Hydra multiruns as submitit job arrays, on a laptop and on SLURM.
+
+One concept per module:
+
+    plan.py       what each job of a sweep is (overrides, config hash, stable output dir) and
+                  whether it must run (a completed record makes it SKIPPED)
+    job.py        the callable submitit pickles and runs on the node: fails for real, requeues
+                  on USR2 / time limit after the training loop's save hooks (hero.preemption)
+    launcher.py   the Hydra launcher (HeroSlurmLauncher / HeroLocalLauncher): plan, submit one
+                  array, wait or return at once, summary
+    manifests.py  what a sweep submitted and how its jobs ended: manifests, status, collect
+    studies.py    named studies, sweeps/<name>.yaml
+    __main__.py   the CLI: python -m hero.dispatch status|collect|sweep
+
+Not here: DDP (hero.distributed, with training), records and the config-hash index
+(hero.results). ``hydra_plugins/hero_launcher`` is the shim through which Hydra finds the
+launcher; ``python -m hero.launch`` is the CLI under its earlier name.
+"""

@@ -1,0 +1,97 @@
+"""The dispatch CLI: follow up a fire-and-forget sweep, run a named study.
+
+    python -m hero.dispatch status  <manifest or sweep dir> [--json]   # exit 0 done, 1 failures, 3 still running
+    python -m hero.dispatch collect <manifest or sweep dir> [--json]   # + records -> <sweep dir>/collected.json
+    python -m hero.dispatch sweep sweeps/<study>.yaml [overrides] [--dry-run] [--wait]
+
+A target that is no manifest (or a sweep dir without one) ends in one line and exit 2.
+``python -m hero.launch`` is the same CLI under its earlier name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import subprocess
+import sys
+from typing import Sequence
+
+from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, print_summary, status
+from hero.dispatch.studies import load_study, override_key, study_commands, study_size
+
+
+def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
+    try:
+        summary = collect(args.target) if collect_records else status(args.target)
+    except NoManifest as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print_summary(summary)
+        if collect_records:
+            print(f"{len(summary['records'])} record(s) -> {summary['sweep_dir']}/{COLLECTED_FILENAME}")
+    states = summary["counts"]
+    if any(states.get(s) for s in ("PENDING", "RUNNING", "UNKNOWN")):
+        return 3  # not final yet
+    return 1 if states.get("FAILED") else 0
+
+
+def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
+    study = load_study(args.study)
+    extra = list(args.overrides)
+    launcher = next((o.split("=", 1)[1] for o in extra if override_key(o) == "hydra/launcher"), "")
+    to_cluster = launcher.startswith("slurm") or launcher == "local"
+    if to_cluster and not args.wait and not any(override_key(o) == "hydra.launcher.wait" for o in extra):
+        extra.append("hydra.launcher.wait=false")  # submit every variant's array, then return
+    cmds = study_commands(study, extra, args.sweep_root)
+    n = study_size(study)
+    expected = study.get("expected_jobs")
+    print(f"study {study['name']}: {len(study['variants'])} variant(s), {n} job(s)"
+          + (f" (expected {expected})" if expected is not None else ""))
+    if expected is not None and int(expected) != n:
+        print(f"ERROR: the study lists {expected} jobs but its grid gives {n}", file=sys.stderr)
+        return 2
+    rc = 0
+    for cmd in cmds:
+        print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        if not args.dry_run:
+            rc = subprocess.call(cmd) or rc
+    sweep_dir = f"{args.sweep_root}/{study['name']}"
+    if to_cluster and not args.dry_run:
+        print(f"state:   {prog} status {sweep_dir}\nrecords: {prog} collect {sweep_dir}")
+    return rc
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch") -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    ap = argparse.ArgumentParser(prog=prog, description="Dispatch at scale: follow up sweeps, run named studies.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, helptext in (("status", "state of a manifest's jobs"),
+                           ("collect", "states + records of a manifest's jobs (writes collected.json)")):
+        sp = sub.add_parser(name, help=helptext)
+        sp.add_argument("target", help="a manifest file, or a sweep dir (all its manifests)")
+        sp.add_argument("--json", action="store_true")
+    sp = sub.add_parser("sweep", help="run a named study from sweeps/")
+    sp.add_argument("study", help="sweeps/<name>.yaml")
+    sp.add_argument("overrides", nargs="*", help="extra overrides, e.g. hydra/launcher=slurm hydra.launcher.wait=false")
+    sp.add_argument("--dry-run", action="store_true", help="print the commands and the job count only")
+    sp.add_argument("--wait", action="store_true",
+                    help="with a SLURM launcher, wait for each variant's array (default: submit all and return)")
+    sp.add_argument("--sweep-root", default="multirun/studies")
+    args, unknown = ap.parse_known_args(argv)
+    if unknown and args.cmd != "sweep":
+        ap.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if args.cmd == "sweep":
+        args.overrides = list(args.overrides) + unknown
+    if args.cmd == "status":
+        return _cli_status(args, collect_records=False)
+    if args.cmd == "collect":
+        return _cli_status(args, collect_records=True)
+    return _cli_sweep(args, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

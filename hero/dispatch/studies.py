@@ -1,0 +1,82 @@
+"""Named studies: ``sweeps/<name>.yaml``, one Hydra multirun per variant into one sweep dir.
+
+A study file holds ``name`` (default: file stem), ``entry`` (default ``train.py``), shared
+``overrides``, a ``grid`` (key -> list of values, swept), ``variants`` (each with its own
+``overrides`` and ``grid``) and ``expected_jobs`` (checked against the grid before anything
+runs). ``study_commands`` turns it into one ``python train.py -m ...`` per variant; later
+overrides replace earlier ones with the same key: study < variant < grid < command line.
+Run one with ``python -m hero.dispatch sweep sweeps/<name>.yaml [overrides]``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+
+def load_study(path: str | os.PathLike) -> dict:
+    """A study file with its defaults filled in (name = file stem, entry = train.py beside sweeps/)."""
+    with open(path) as f:
+        study = yaml.safe_load(f)
+    study.setdefault("name", Path(path).stem)
+    study.setdefault("entry", "train.py")
+    if not Path(study["entry"]).exists():  # studies live in <repo>/sweeps/, entries at <repo>/
+        beside = Path(path).resolve().parent.parent / study["entry"]
+        if beside.exists():
+            study["entry"] = str(beside)
+    study.setdefault("overrides", [])
+    study.setdefault("grid", {})
+    study.setdefault("variants", [{"name": "main", "overrides": []}])
+    return study
+
+
+def _grid_size(grid: dict) -> int:
+    n = 1
+    for v in grid.values():
+        vals = v if isinstance(v, list) else str(v).split(",")
+        n *= len(vals)
+    return n
+
+
+def override_key(override: str) -> str:
+    """The key an override sets: ``+trainer.lr=1e-4`` -> ``trainer.lr``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def study_commands(study: dict, extra: Sequence[str] = (), sweep_root: str = "multirun/studies") -> list[list[str]]:
+    """One ``python train.py -m ...`` per variant of the study, all into one sweep dir
+    (``<sweep_root>/<name>``). Later overrides replace earlier ones with the same key:
+    study < variant < grid < ``extra`` (so ``model=tiny`` on the command line wins)."""
+    cmds = []
+    for var in study["variants"]:
+        merged: dict[str, str] = {}
+        grid = {**study["grid"], **(var.get("grid") or {})}
+        items = list(study["overrides"]) + list(var.get("overrides") or [])
+        for k, v in grid.items():
+            vals = v if isinstance(v, list) else [v]
+            items.append(f"{k}={','.join(str(x) for x in vals)}")
+        items.append(f"hydra.sweep.dir={sweep_root}/{study['name']}")
+        for o in [*items, *extra]:
+            merged.pop(override_key(o), None)
+            merged[override_key(o)] = o
+        cmds.append([sys.executable, study["entry"], "-m", *merged.values()])
+    return cmds
+
+
+def command_size(cmd: Sequence[str]) -> int:
+    """Jobs of one multirun command line (product of the comma-separated sweeps)."""
+    n = 1
+    for o in cmd[3:]:
+        if "=" in o and not override_key(o).startswith("hydra"):
+            val = o.split("=", 1)[1]
+            if "," in val and not val.strip().startswith(("[", "{")):
+                n *= len(val.split(","))
+    return n
+
+
+def study_size(study: dict) -> int:
+    """Jobs of the whole study (sum over variants of the grid size)."""
+    return sum(_grid_size({**study["grid"], **(v.get("grid") or {})}) for v in study["variants"])
