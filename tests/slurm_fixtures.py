@@ -139,17 +139,31 @@ def slurm_env() -> None:
     os.environ["SLURM_CONF"] = str(SLURM_CONF)
 
 
-def sacct_states(job_ids: list[str], all_attempts: bool = False) -> dict[str, list[str]]:
-    """job id -> states (one per attempt with ``all_attempts``: -D lists requeued attempts)."""
+SACCT_UNSETTLED = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING")
+
+
+def sacct_states(job_ids: list[str], all_attempts: bool = False, timeout: float = 60) -> dict[str, list[str]]:
+    """job id -> states (one per attempt with ``all_attempts``: -D lists requeued attempts).
+
+    slurmdbd writes accounting rows asynchronously (on a brand-new cluster the first job's row can
+    lag its end by seconds), so this polls, up to ``timeout`` s, until every id has a row and none
+    is still in a transient state or ends in a requeue; then (or at the timeout) returns what
+    sacct says."""
     cmd = ["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(job_ids)]
     if all_attempts:
         cmd.insert(1, "-D")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-    states: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        jid, _, st = line.partition("|")
-        states.setdefault(jid, []).append(st.split()[0] if st else "")
-    return states
+    t0 = time.time()
+    while True:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+        states: dict[str, list[str]] = {}
+        for line in out.splitlines():
+            jid, _, st = line.partition("|")
+            states.setdefault(jid, []).append(st.split()[0] if st else "")
+        settled = [j for j in job_ids if states.get(j) and states[j][-1] != "REQUEUED"
+                   and not set(states[j]) & set(SACCT_UNSETTLED)]
+        if len(settled) == len(job_ids) or time.time() - t0 > timeout:
+            return states
+        time.sleep(1)
 
 
 def wait_for(pred, timeout: float, every: float = 0.5, what: str = "condition"):
