@@ -6,6 +6,7 @@ id or a local directory, loaded with ``AutoModelForCausalLM``).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,18 +38,37 @@ def check(model_cfg) -> None:
         raise BackboneError(f"model.dtype={model_cfg.dtype!r}: allowed values are {', '.join(DTYPES)}")
     if model_cfg.source == "hf" and not model_cfg.path:
         raise BackboneError(f"model={model_cfg.name}: model.path must be a Hugging Face id or a local directory")
+    if model_cfg.source == "testbed":
+        testbed_recipe(model_cfg)
 
 
 def testbed(model_cfg, cache_root: str | None = None):
     """The embedded testbed named by ``model.recipe`` (built once and cached), or None for hub models."""
     if model_cfg.source != "testbed":
         return None
-    from hero.testbed import RECIPE, TINY_RECIPE, ensure_testbed
+    from hero.testbed import ensure_testbed
+
+    return ensure_testbed(cache_root, recipe=testbed_recipe(model_cfg))
+
+
+def testbed_recipe(model_cfg):
+    """The recipe of ``model.recipe`` (``full`` or ``micro``), reseeded by ``model.recipe_seed`` when set.
+
+    Another recipe seed builds another backbone from the same recipe, differing only in
+    noise (text sampling, initial weights, data order): the builds on which the testbed's
+    claims are checked (``python -m hero.testbed.audit``).
+    """
+    from hero.testbed import RECIPE, TINY_RECIPE
 
     recipes = {"full": RECIPE, "micro": TINY_RECIPE}
     if model_cfg.recipe not in recipes:
         raise BackboneError(f"model.recipe={model_cfg.recipe!r}: allowed testbed recipes are {', '.join(recipes)}")
-    return ensure_testbed(cache_root, recipe=recipes[model_cfg.recipe])
+    seed = model_cfg.get("recipe_seed")
+    if seed is None:
+        return recipes[model_cfg.recipe]
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise BackboneError(f"model.recipe_seed={seed!r}: must be a non-negative integer or null (the recipe's own seed)")
+    return dataclasses.replace(recipes[model_cfg.recipe], seed=seed)
 
 
 def resolve_path(model_cfg, bed=None) -> str:
