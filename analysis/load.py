@@ -14,7 +14,8 @@ one instead: corrupt files are listed as unreadable, types are coerced.
 
 Task scores: ``score.<task>`` is ``eval.<task>.<metric>`` for the task's primary
 metric from ``eval_meta.primary_metric`` (HERO_SPEC §7); a task with no primary
-metric and a single metric uses that one. ``tasks`` maps each task to its metric.
+metric and a single metric uses that one; a diagnostic task (listed in
+``eval_meta.diagnostic_metric``) gets no score column. ``tasks`` maps each task to its metric.
 ``scored`` tells whether a run has any task score (a run evaluated with suite
 ``none``, e.g. a calibration trial, has none: it counts for skip statistics only).
 
@@ -236,6 +237,9 @@ def _score(df: pl.DataFrame, metrics: dict[str, list[str]]) -> tuple[pl.DataFram
     tasks, notes, scores = {}, [], []
     for task, available in metrics.items():
         declared = f"eval_meta.primary_metric.{task}"
+        diagnostic = f"eval_meta.diagnostic_metric.{task}"
+        if diagnostic in df.columns and (declared not in df.columns or df[declared].null_count() == len(df)):
+            continue  # a diagnostic task (eval.tasks.<task>.retain=false): recorded, not part of Retain
         names = Counter(df[declared].drop_nulls().cast(pl.String).to_list()) if declared in df.columns else Counter()
         if len(names) > 1:
             raise ValueError(f"task {task!r} is scored with different primary metrics across records "
