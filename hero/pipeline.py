@@ -24,7 +24,7 @@ from hero.errors import ConfigError
 from hero.data import SFTDataset, collate, load_conversations, tokenize_conversation
 from hero.data.sft import check_path
 from hero.evaluation import check_config as check_eval_config
-from hero.evaluation import evaluate_suite, retain, routing_statistics, suite_fingerprint
+from hero.evaluation import RetainError, evaluate_suite, retain, routing_statistics, suite_fingerprint
 from hero.evaluation.routing import wandb_gate_histograms
 from hero.model import RouterConfig, attach, save_router
 from hero.model.attach import LAYER_SETS, decoder_layers, resolve_layers
@@ -206,7 +206,11 @@ def fixed_routing(model, layers: list[int], ffn_executed: bool) -> dict:
 def _retain(cfg, scores, meta, baseline) -> dict | None:
     if cfg.eval.suite == "none" or cfg.method.name == "dense":
         return None
-    value = retain(scores, baseline["eval"], meta["primary_metric"], baseline_name=cfg.eval.baseline)
+    try:
+        value = retain(scores, baseline["eval"], meta["primary_metric"], baseline_name=cfg.eval.baseline)
+    except RetainError as err:  # e.g. a baseline at 0 on a task: the scores are still recorded
+        print(f"warning: no Retain for this run: {err}", flush=True)
+        return {"value": None, "baseline": cfg.eval.baseline, "error": str(err), "baseline_source": baseline["source"]}
     value["baseline_source"] = baseline["source"]
     return value
 
@@ -267,7 +271,7 @@ def _write_failed(cfg, resolved, chash, root, run_dir, start, err) -> None:
 
 def _flat_summary(record: dict) -> dict:
     out = {"skip/param_rate": record["skip"]["param_rate"]}
-    if record.get("retain"):
+    if record.get("retain") and record["retain"]["value"] is not None:
         out["retain"] = record["retain"]["value"]
     if record.get("train"):
         out.update({f"train/{k}": v for k, v in record["train"].items()})

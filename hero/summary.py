@@ -30,7 +30,9 @@ def format_summary(record: dict, path: str) -> str:
         metric = primary.get(task) or next(iter(metrics))
         lines.append(f"  {task:<14} {metric:<12} {metrics[metric]:.4g}")
     retain = record.get("retain")
-    if retain:
+    if retain and retain["value"] is None:
+        lines.append(f"Retain undefined  ({retain['error']})")
+    elif retain:
         lines.append(f"Retain {retain['value']:.2f}  (baseline: {retain['baseline']}; tasks: {', '.join(retain['tasks'])})")
     if record.get("train"):
         lines.append(f"final loss {record['train']['final_loss']:.4f} (LM {record['train']['final_lm_loss']:.4f}) "
