@@ -36,8 +36,8 @@ from hero.testbed.control import drop_routable_ffn
 from hero.testbed.pretrain import pretrain, tokenize_docs
 from hero.testbed.recipe import Recipe, recipe_dict, recipe_hash
 from hero.testbed.sft import make_sft
-from hero.testbed.tasks import (evaluate, make_arith_task, make_cloze_task, make_fact_tasks, make_ppl_task, retain,
-                                write_jsonl)
+from hero.testbed.tasks import (evaluate, make_arith_task, make_arith_units, make_cloze_task, make_fact_select,
+                                make_fact_tasks, make_ppl_task, retain, write_jsonl)
 from hero.testbed.tokenizer import train_tokenizer
 from hero.testbed.tokentypes import make_token_type_sequences, token_type_losses
 
@@ -110,6 +110,10 @@ def write_data(recipe: Recipe, corpus: Corpus, tokenizer, data_dir: Path) -> Non
         "play_cloze": make_cloze_task(corpus.heldout_plays, recipe.n_cloze_eval, rng),
         "heldout_ppl": ppl_items,
     }
+    # Tasks added later draw from their own generator, so the files above stay as they were.
+    later = random.Random(recipe.seed + 4)
+    tasks["fact_select"] = make_fact_select(corpus.entities)
+    tasks["arith_units"] = make_arith_units(corpus.heldout_pairs, recipe.n_arith_eval, later)
     for name, items in tasks.items():
         write_jsonl(data_dir / "tasks" / f"{name}.jsonl", items)
     write_jsonl(data_dir / "token_types.jsonl",

@@ -12,7 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-BUILD_VERSION = 2
+BUILD_VERSION = 3
 
 
 @dataclass(frozen=True)

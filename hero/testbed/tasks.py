@@ -57,18 +57,24 @@ import torch.nn.functional as F
 from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES, arith_line, facts_of
 from hero.testbed.recipe import RECIPE
 
-TASKS = ("fact_recall", "fact_answer", "arithmetic", "play_cloze", "heldout_ppl")
+TASKS = ("fact_recall", "fact_select", "fact_answer", "arithmetic", "arith_units", "play_cloze", "heldout_ppl")
 TASK_PRIMARY_METRIC: dict[str, str] = {
     "fact_recall": "acc",
+    "fact_select": "acc",
     "fact_answer": "answer_prob",
     "arithmetic": "answer_prob",
+    "arith_units": "acc",
     "play_cloze": "acc",
     "heldout_ppl": "inv_ppl",
 }
+RETAIN_TASKS = ("fact_select", "heldout_ppl")
+CHANCE_MARGIN = 2.0  # every Retain task's dense score is at least this multiple of its chance level
 CHANCE: dict[str, float] = {
     "fact_recall": 0.25,
+    "fact_select": 1 / 16,
     "fact_answer": 1 / 16,
     "arithmetic": 1 / 199,
+    "arith_units": 0.1,
     "play_cloze": 0.25,
     "heldout_ppl": 1 / RECIPE.vocab_size,
 }
@@ -95,6 +101,27 @@ def make_fact_tasks(entities: list[dict[str, str]], rng: random.Random) -> tuple
                        "choices": [" " + c for c in choices], "gold": choices.index(fact.value),
                        "entity": fact.entity, "attribute": fact.attribute})
     return recall, answer
+
+
+def make_fact_select(entities: list[dict[str, str]]) -> list[dict]:
+    """Every fact in each of its held-out phrasings, with all 16 values of the attribute as choices (fixed order)."""
+    items = []
+    for fact in facts_of(entities):
+        values = list(ATTRIBUTES[fact.attribute])
+        for template in HELDOUT_TEMPLATES[fact.attribute]:
+            items.append({"query": _prefix(template, fact.value, fact.entity), "choices": [" " + v for v in values],
+                          "gold": values.index(fact.value), "entity": fact.entity, "attribute": fact.attribute})
+    return items
+
+
+def make_arith_units(pairs: list[tuple[int, int]], n: int, rng: random.Random) -> list[dict]:
+    """``n`` held-out sums cut before the units digit of the result; the ten digits as choices."""
+    items = []
+    for a, b in rng.sample(pairs, min(n, len(pairs))):
+        line = arith_line(a, b)
+        items.append({"query": line[:-1], "choices": [str(d) for d in range(10)], "gold": int(line[-1]),
+                      "a": a, "b": b})
+    return items
 
 
 def make_arith_task(pairs: list[tuple[int, int]], n: int, rng: random.Random) -> list[dict]:
@@ -238,6 +265,8 @@ def _perplexity(model, tokenizer, items, batch_size) -> dict[str, float]:
 
 _SCORERS = {
     "fact_recall": _multiple_choice,
+    "fact_select": _multiple_choice,
+    "arith_units": _multiple_choice,
     "fact_answer": _answer,
     "arithmetic": _answer,
     "play_cloze": _multiple_choice,
@@ -257,8 +286,16 @@ def evaluate(model, tokenizer, testbed, batch_size: int = 32) -> dict[str, dict[
         model.train(was_training)
 
 
-def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, float]]) -> float:
-    """Retain (%) of ``scores`` against the dense ``baseline`` on the primary metrics (HERO_SPEC §7)."""
+def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, float]]) -> float | None:
+    """Retain (%) of ``scores`` against ``baseline`` on the primary metrics of ``RETAIN_TASKS`` (HERO_SPEC §7).
+
+    None where a baseline score is 0 (a model at the floor of a task, e.g. the micro recipe's).
+    """
+    from hero.evaluation.retain import RetainError
     from hero.evaluation.retain import retain as retain_against
 
-    return retain_against(scores, baseline, TASK_PRIMARY_METRIC, baseline_name="dense")["value"]
+    try:
+        return retain_against(scores, baseline, {t: TASK_PRIMARY_METRIC[t] for t in RETAIN_TASKS},
+                              baseline_name="baseline")["value"]
+    except RetainError:
+        return None
