@@ -9,7 +9,7 @@ with the backbone frozen (router tuning, "RT"). For routable block j and token t
     x      = h̄ / RMS(h̄)                                   the post-attention residual, RMS-normalised
     ℓ      = W_j x + b_j ∈ R²                              logits (skip, execute), one router per layer
     train: y = softmax((ℓ + G) / T),  G ~ Gumbel(0, 1)     i.i.d. per token, layer and logit
-           g = (onehot(argmax y) + y − sg(y))[execute]     value 0 or 1; gradient of y (straight-through)
+           g = (onehot(argmax y) + (y − sg(y)))[execute]   exactly 0 or 1; gradient of y (straight-through)
     eval:  g = 1[ℓ_execute > ℓ_skip]                       hard argmax, no noise
     h = h̄ + g · FFN(LN_ffn(h̄))                             skipped tokens keep h̄ (no adapter)
 
@@ -56,7 +56,8 @@ def straight_through_gate(logits: torch.Tensor, temperature: float) -> tuple[tor
     gumbel = -torch.empty_like(logits).exponential_().log()
     y = torch.softmax((logits + gumbel) / temperature, dim=-1)
     hard = F.one_hot(y.argmax(-1), num_classes=2).to(y.dtype)
-    return (hard + y - y.detach())[:, EXECUTE_LOGIT], y
+    # hard + (y − sg(y)): the bracket is exactly 0 in value, so g is exactly 0 or 1 ((hard + y) − y would round)
+    return (hard + (y - y.detach()))[:, EXECUTE_LOGIT], y
 
 
 class SkipGPTRouter(Policy):
