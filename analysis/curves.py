@@ -1,6 +1,7 @@
 """Quality–cost curves: quality against the realized skip rate, one curve per variant.
 
-A curve is the set of groups that differ only in α (``CURVE_KEYS`` fixed): each point
+A curve is the set of groups that differ only in α, or in a baseline's cost knob
+(``CURVE_KEYS`` fixed): each point
 is the mean over seeds of the realized parameter skip rate (HERO_SPEC §7, in %) and
 of a quality metric (Retain against a named baseline, the average score, or one
 task's score), with the seed std as error bars.

@@ -37,8 +37,11 @@ import polars as pl
 
 RESULTS_FILENAME = "results.json"
 """Same as ``hero.results.RESULTS_FILENAME`` (a test checks it); not imported so that analysis does not load torch."""
-KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set")
-"""The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds)."""
+KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set", "knob")
+"""The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds).
+
+``knob`` is a baseline method's cost knob (``knob_name`` says which: SkipGPT-RT's target ratio,
+static_drop's k, random_skip's p; ``hero.baselines``); null for HeRo, dense and LoRA."""
 REQUIRED = ("backbone", "method", "variant", "seed")
 DROPPED_FIELDS = ("config",)
 KEPT_CONFIG_FIELDS = (("router", "checkpoint"),)
@@ -290,7 +293,8 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
 
 
 def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:
-    casts = {"alpha": pl.Float64, "memory_dim": pl.Int64, "seed": pl.Int64, "skip.param_rate": pl.Float64}
+    casts = {"alpha": pl.Float64, "memory_dim": pl.Int64, "seed": pl.Int64, "skip.param_rate": pl.Float64,
+             "knob": pl.Float64}
     missing = [c for c in (*KEYS, "seed", "skip.param_rate") if c not in df.columns]
     df = df.with_columns(pl.lit(None, dtype=casts.get(c, pl.String)).alias(c) for c in missing)
     return df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),

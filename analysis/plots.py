@@ -160,7 +160,7 @@ def _token_lines(ax, part: pl.DataFrame) -> None:
 def _layer_long(runs: pl.DataFrame, name: str) -> pl.DataFrame:
     long = (layer_values(runs, name).group_by(*KEYS, "layer").agg(pl.col("value").mean())
             .sort(*KEYS, "layer", nulls_last=True))
-    label = pl.format("{} {}/{} α={} d_m={} {}", *(pl.col(k).cast(pl.String) for k in KEYS))
+    label = pl.format("{} {}/{} α={} d_m={} {} knob={}", *(pl.col(k).cast(pl.String).fill_null("–") for k in KEYS))
     return long.select(label.alias("group"), pl.col("layer").cast(pl.String), "value")
 
 

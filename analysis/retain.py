@@ -58,6 +58,8 @@ def group_label(group: dict, with_backbone: bool = True) -> str:
     parts = [group.get("backbone")] if with_backbone else []
     parts += [f"{group.get('method')}/{group.get('variant')}", f"α={_fmt(group.get('alpha'))}",
               f"d_m={_fmt(group.get('memory_dim'))}", str(group.get("layer_set"))]
+    if group.get("knob") is not None:
+        parts.append(f"knob={_fmt(group.get('knob'))}")
     return " ".join(map(str, parts))
 
 

@@ -55,8 +55,10 @@ def _t_central(t: float, df: int) -> float:
 def summarize(runs: pl.DataFrame | pl.LazyFrame, metrics: list[str], keys=KEYS, level: float = 0.95) -> pl.DataFrame:
     """One row per group of ``keys``: ``n``, ``seeds`` and ``<m>.mean/.std/.ci_lo/.ci_hi`` for each metric.
 
-    ``n`` counts the runs of the group; each metric is averaged over the runs that have it.
+    ``n`` counts the runs of the group; each metric is averaged over the runs that have it. Keys the
+    frame lacks (e.g. ``knob`` in a hand-built frame) are left out of the grouping.
     """
+    keys = _present(runs, keys)
     aggs = [pl.len().alias("n"), pl.col("seed").sort().alias("seeds")]
     for m in metrics:
         aggs += [pl.col(m).mean().alias(f"{m}.mean"), pl.col(m).std().alias(f"{m}.std"),
@@ -78,6 +80,7 @@ def paired_differences(runs: pl.DataFrame, reference: pl.DataFrame, metrics: lis
     ``reference`` holds the runs of one reference group per backbone. ``n`` is the
     number of shared seeds; groups with none get ``n = 0`` and null statistics.
     """
+    keys = _present(runs, keys)
     ref = reference.select("backbone", "seed", *(pl.col(m).alias(f"{m}.ref") for m in metrics))
     diffs = runs.join(ref, on=["backbone", "seed"], how="inner").with_columns(
         (pl.col(m) - pl.col(f"{m}.ref")).alias(m) for m in metrics)
@@ -85,3 +88,8 @@ def paired_differences(runs: pl.DataFrame, reference: pl.DataFrame, metrics: lis
     groups = runs.select(keys).unique()
     return (groups.join(stats, on=list(keys), how="left", nulls_equal=True)
             .with_columns(pl.col("n").fill_null(0)).sort(list(keys), nulls_last=True))
+
+
+def _present(frame: pl.DataFrame | pl.LazyFrame, keys) -> list[str]:
+    names = frame.collect_schema().names()
+    return [k for k in keys if k in names]

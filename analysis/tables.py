@@ -7,7 +7,7 @@ among those rows by a selector (``analysis.retain``):
 =====  ============  ==========================================================  ======================
 table  name          rows                                                        default baseline
 =====  ============  ==========================================================  ======================
-1      main          every non-HeRo method; full HeRo at the main α and dim      ``method=dense``
+1      main          every non-HeRo method, a row per knob; full HeRo at main α  ``method=dense``
 2      alpha_sweep   full HeRo, main dim and layer set, one row per α            ``alpha=<main α>``
 3      ablations     HeRo at the main α, dim and layer set, one row per variant  ``variant=full``
 4      memory_dim    full HeRo, main α and layer set, one row per memory dim     ``memory_dim=<main dim>``
@@ -31,7 +31,7 @@ from analysis.retain import Baseline, resolve_baselines, with_retain
 from analysis.stats import paired_differences, summarize
 
 HEADERS = {"backbone": "Backbone", "method": "Method", "variant": "Variant", "layer_set": "Layers",
-           "alpha": "α", "memory_dim": "Memory dim", "avg": "Avg", "skip": "Skip %", "retain": "Retain %", "n": "n"}
+           "alpha": "α", "knob": "Knob", "memory_dim": "Memory dim", "avg": "Avg", "skip": "Skip %", "retain": "Retain %", "n": "n"}
 PAIRED_METRICS = ("retain", "avg", "skip")
 
 
@@ -152,7 +152,7 @@ def paper_tables(main_alpha: float = 1e-3, main_memory_dim: int = 64, main_layer
     return [
         TableSpec(1, "main", "Main results", f"every non-HeRo method; full HeRo at α={main_alpha:g}, "
                   f"memory_dim={main_memory_dim}, every layer set", (~hero) | (full & at_alpha & at_dim),
-                  ("method", "variant", "layer_set", "alpha"), sel[1], "--baseline-table1"),
+                  ("method", "variant", "layer_set", "alpha", "knob"), sel[1], "--baseline-table1"),
         TableSpec(2, "alpha_sweep", "α sweep", f"full HeRo, memory_dim={main_memory_dim}, layer_set={main_layer_set}, "
                   "one row per α", hero & full & at_dim & at_layers, ("alpha",), sel[2], "--baseline-table2"),
         TableSpec(3, "ablations", "Ablations", f"HeRo variants at {main}", hero & at_alpha & at_dim & at_layers,

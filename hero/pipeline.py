@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from hero import backbones
+from hero import baselines
 from hero.errors import ConfigError
 from hero.data import SFTDataset, collate, load_conversations, tokenize_conversation
 from hero.data.sft import check_path
@@ -39,8 +40,9 @@ from hero.tracking import tracked_run
 from hero.training import check_config as check_trainer_config
 from hero.training import fit, remove_checkpoints
 
-METHODS = ("hero", "dense", "lora", "drop_routable_ffn")
+METHODS = ("hero", "dense", "lora", "drop_routable_ffn", *baselines.BASELINES)
 TRAINED = ("hero", "lora")
+ROUTED = ("hero", *baselines.BASELINES)
 
 
 class PipelineConfigError(ConfigError):
@@ -56,6 +58,8 @@ def validate(cfg: DictConfig) -> None:
     if cfg.alpha != "calibrated" and (not isinstance(cfg.alpha, (int, float)) or cfg.alpha < 0):
         raise PipelineConfigError(f"alpha={cfg.alpha!r}: must be a non-negative number or 'calibrated'")
     RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True))
+    if cfg.method.name in baselines.BASELINES:
+        baselines.methods.check(cfg.method)
     if cfg.layers.name not in (*LAYER_SETS, "explicit"):
         raise PipelineConfigError(f"layers={cfg.layers.name!r}: allowed are {', '.join(LAYER_SETS)}, explicit")
     if cfg.layers.name == "explicit" and not OmegaConf.is_list(cfg.layers.indices):
@@ -96,6 +100,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     print(OmegaConf.to_yaml(cfg, resolve=True), flush=True)
     alpha = resolve_alpha(cfg)
     resolved["alpha"] = alpha
+    if cfg.method.name in baselines.BASELINES:
+        name = baselines.KNOBS[cfg.method.name]
+        resolved["method"][name] = baselines.methods.knob_value(cfg)[0]
     chash = config_hash(resolved)
     root = Path(cfg.paths.root)
     run_dir = Path(run_dir or _hydra_run_dir() or root / "runs" / chash)
@@ -138,16 +145,21 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
     baseline = dense_baseline(cfg, backbone, cache_root, bed) if cfg.eval.suite != "none" and method != "dense" else None
     seed_everything(cfg.seed)
     summary = None
+    prepared = None
     if method == "hero":
         model = attach(model, layers, config=RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True)))
     elif method == "lora":
         model = _with_lora(model, cfg.method)
-    if method in TRAINED:
+    elif method in baselines.BASELINES:
+        prepared = baselines.methods.prepare(cfg, model, tokenizer, layers, bed)
+        model = prepared.model
+    if method in TRAINED or (prepared is not None and prepared.trains):
         conversations = load_conversations(cfg.data, bed)
         dataset = SFTDataset(conversations, tokenizer, cfg.data.max_length, cfg.data.assistant_only_loss)
-        summary = fit(model, dataset, cfg.trainer, alpha, cfg.seed, root / "checkpoints" / chash,
+        summary = fit(model, dataset, cfg.trainer, prepared.weight if prepared else alpha, cfg.seed,
+                      root / "checkpoints" / chash,
                       on_log=lambda m: tracker.log({f"train/{k}": v for k, v in m.items() if k != "step"}, step=m["step"]),
-                      routed=method == "hero")
+                      routed=method in ROUTED, regularizer=prepared.regularizer if prepared else None)
         if method == "hero" and rank == 0:
             save_router(model, Path(run_dir) / "router")
     if method == "drop_routable_ffn":
@@ -167,9 +179,12 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
         "eval": scores, "eval_meta": meta, "train": summary.as_record() if summary else None, "error": None,
     }
     record["router_params"] = getattr(model, "hero_param_counts", None)
+    if prepared is not None:
+        record.update(baseline=prepared.record, knob=prepared.record["knob"]["value"],
+                      knob_name=prepared.record["knob"]["name"])
     record["retain"] = _retain(cfg, scores, meta, baseline)
     record["skip"], record["rho"] = _routing(cfg, model, tokenizer, layers, method, bed)
-    if cfg.alpha == "calibrated":
+    if cfg.alpha == "calibrated" or (prepared is not None and prepared.record["knob"]["calibrated"]):
         from hero.calibration import transfer_report
 
         record["calibration"] = transfer_report(cfg, record["skip"]["param_rate"])
@@ -182,17 +197,20 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
 
 def _routing(cfg, model, tokenizer, layers, method, bed) -> tuple[dict, dict]:
     """Routing statistics on evaluation data (the testbed's typed sequences or the validation SFT data)."""
-    if method != "hero":
+    if method not in ROUTED:
         return fixed_routing(model, layers, ffn_executed=method != "drop_routable_ffn"), {}
     if bed is not None:
         from hero.testbed import TOKEN_TYPES, token_type_batches
 
-        return routing_statistics(model, token_type_batches(bed, tokenizer, batch_size=cfg.eval.batch_size), TOKEN_TYPES)
-    conversations = load_conversations(cfg.data, bed, split="validation")[:64]
-    items = [tokenize_conversation(tokenizer, c, cfg.data.max_length) for c in conversations]
-    batches = [(b["input_ids"], b["attention_mask"]) for b in
-               (collate(items[i: i + 8], tokenizer.pad_token_id) for i in range(0, len(items), 8))]
-    return routing_statistics(model, batches)
+        skip, rho = routing_statistics(model, token_type_batches(bed, tokenizer, batch_size=cfg.eval.batch_size),
+                                       TOKEN_TYPES)
+    else:
+        conversations = load_conversations(cfg.data, bed, split="validation")[:64]
+        items = [tokenize_conversation(tokenizer, c, cfg.data.max_length) for c in conversations]
+        batches = [(b["input_ids"], b["attention_mask"]) for b in
+                   (collate(items[i: i + 8], tokenizer.pad_token_id) for i in range(0, len(items), 8))]
+        skip, rho = routing_statistics(model, batches)
+    return skip, (rho if method == "hero" else {})  # baselines have no forget factor ρ
 
 
 def fixed_routing(model, layers: list[int], ffn_executed: bool) -> dict:

@@ -113,8 +113,13 @@ def autocast_context(precision: str, device: torch.device):
 
 
 def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, checkpoint_dir: str | Path,
-        on_log: Callable[[dict], None] | None = None, routed: bool = True) -> TrainSummary:
-    """Train the trainable tensors of ``model``; resumes from ``checkpoint_dir`` if it holds a checkpoint."""
+        on_log: Callable[[dict], None] | None = None, routed: bool = True,
+        regularizer: Callable | None = None) -> TrainSummary:
+    """Train the trainable tensors of ``model``; resumes from ``checkpoint_dir`` if it holds a checkpoint.
+
+    The loss is L_LM + alpha · regularizer(gates, valid) for a routed model; the regularizer is
+    HeRo's L_skip (eq 18) unless another is given (a baseline's objective, ``hero.baselines``).
+    """
     rank, world_size = world()
     device = next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]
@@ -158,7 +163,8 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
                 lm_loss = out.loss.float()
                 if routed:
                     records = last_records(model)
-                    l_skip = skip_loss([r.gate for r in records], prediction_positions(batch["attention_mask"]))
+                    l_skip = (regularizer or skip_loss)([r.gate for r in records],
+                                                        prediction_positions(batch["attention_mask"]))
                 else:
                     l_skip = torch.zeros((), device=device)
                 loss = lm_loss + alpha * l_skip

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hero.calibration.knobs import knob_of
 from hero.calibration.file import backbone_key, layer_key, setup_hash, setup_of, write_entry
 from hero.calibration.storage import mask_secrets, open_storage, storage_spec
 from hero.calibration.study import Calibration, Plan
@@ -32,11 +33,13 @@ def plans_for(cfg: DictConfig) -> list[Plan]:
     from hero.pipeline import validate
 
     validate(cfg)
-    if cfg.method.name != "hero":
+    knob = knob_of(cfg.method.name)
+    if knob is None:
         raise CalibrationConfigError(f"method={cfg.method.name} (variant {cfg.variant}) has no routing: its skip rate "
-                                     "does not depend on α, so there is nothing to calibrate (use method=hero)")
+                                     "does not depend on α, so there is nothing to calibrate (use method=hero, "
+                                     "skipgpt_rt, static_drop or random_skip)")
     targets = targets_of(cfg)
-    ceiling = param_ceiling(cfg)
+    ceiling, num_routable = param_ceiling(cfg, with_layers=True)
     for target in targets:
         if target >= ceiling:
             raise CalibrationConfigError(
@@ -48,7 +51,7 @@ def plans_for(cfg: DictConfig) -> list[Plan]:
     for target in targets:
         slug = f"{backbone_key(cfg)}/{layer_key(cfg)}/{cfg.variant}/skip={target:.4f}/{setup_hash(setup)[:8]}-s{cfg.seed}-n{steps}"
         plans.append(Plan(name=f"hero-calibrate/{slug}", variant=cfg.variant, target=target, cfg=cfg, steps=steps,
-                          full_steps=full, max_param_rate=ceiling,
+                          full_steps=full, max_param_rate=ceiling, knob=knob, num_routable=num_routable,
                           meta={"slug": slug.replace(":", "-"), "backbone": backbone_key(cfg), "layer_set": layer_key(cfg),
                                 "setup_hash": setup_hash(setup), "max_param_rate": ceiling}))
     return plans
@@ -74,9 +77,10 @@ def calibrate(configs: list[DictConfig]) -> int:
         if outcome.error:
             failed.append(f"{plan.variant}@{plan.target:g}: {outcome.error}")
             continue
+        value = {"alpha": outcome.alpha} if plan.knob.name == "alpha" else {"knob": plan.knob.name, "value": outcome.alpha}
         write_entry(plan.cfg.calibration.file, {
             "backbone": plan.meta["backbone"], "layer_set": plan.meta["layer_set"], "variant": plan.variant,
-            "target_skip": plan.target, "alpha": outcome.alpha, "realized_skip": outcome.skip,
+            "target_skip": plan.target, **value, "realized_skip": outcome.skip,
             "abs_error": abs(outcome.skip - plan.target), "tolerance": float(ccfg.tolerance), "trials": outcome.trials,
             "study": plan.name, "storage": spec.display, "sampler": ccfg.sampler, "seed": int(plan.cfg.seed),
             "trial_steps": plan.steps, "full_steps": plan.full_steps, "max_param_rate": plan.max_param_rate,
@@ -89,13 +93,14 @@ def calibrate(configs: list[DictConfig]) -> int:
 
 
 def summary(outcomes, tolerance: float) -> str:
-    """A table: variant, target, α, realized skip, deviation, trials, status."""
-    lines = [f"{'variant':<20} {'target':>7} {'alpha':>10} {'skip':>7} {'dev pp':>7} {'trials':>6}  status"]
+    """A table: variant, target, α (or the baseline's knob), realized skip, deviation, trials, status."""
+    lines = [f"{'variant':<20} {'target':>7} {'alpha/knob':>14} {'skip':>7} {'dev pp':>7} {'trials':>6}  status"]
     for o in outcomes:
-        alpha = f"{o.alpha:.4g}" if o.alpha is not None else "-"
+        prefix = "" if o.plan.knob.name == "alpha" else f"{o.plan.knob.name}="
+        alpha = f"{prefix}{o.alpha:.4g}" if o.alpha is not None else "-"
         skip = f"{o.skip:.4f}" if o.skip is not None else "-"
         dev = f"{100 * (o.skip - o.plan.target):+.2f}" if o.skip is not None else "-"
         status = "ok" if not o.error else "FAILED"
-        lines.append(f"{o.plan.variant:<20} {o.plan.target:>7.4f} {alpha:>10} {skip:>7} {dev:>7} {o.trials:>6}  {status}"
+        lines.append(f"{o.plan.variant:<20} {o.plan.target:>7.4f} {alpha:>14} {skip:>7} {dev:>7} {o.trials:>6}  {status}"
                      f" (±{100 * tolerance:.2f} pp, {o.plan.steps}-step trials)")
     return "\n".join(lines)

@@ -1,5 +1,8 @@
 """The calibration file: (backbone, layer set, variant, target skip) → α, and how it was found.
 
+A baseline method's entry holds its cost knob instead of α (``"knob": "p", "value": 0.31``;
+``hero.calibration.knobs``), read by ``train.py method=random_skip method.p=calibrated …``.
+
 ``calibrate.py`` writes it, ``train.py alpha=calibrated calibration.target_skip=<t>`` reads
 it. JSON, written atomically (``hero.results.write_atomic``) under a lock so that several
 calibrating processes can add entries to one file::
@@ -59,8 +62,15 @@ def target_key(target: float) -> float:
 def setup_of(cfg: DictConfig) -> dict:
     """What besides α, seed and length moves the α → skip response of a run."""
     trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if k not in TRAINER_RUN_KEYS}
+    method = cfg.method.name
+    if method != "hero":  # a baseline's options other than the knob it is calibrated by
+        from hero.calibration.knobs import knob_of
+
+        knob = knob_of(method)
+        method = {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items()
+                  if knob is None or f"method.{k}" != knob.key}
     return {"model": OmegaConf.to_container(cfg.model, resolve=True), "layers": layer_key(cfg),
-            "method": cfg.method.name, "router": OmegaConf.to_container(cfg.router, resolve=True),
+            "method": method, "router": OmegaConf.to_container(cfg.router, resolve=True),
             "data": OmegaConf.to_container(cfg.data, resolve=True), "trainer": trainer}
 
 
@@ -132,15 +142,32 @@ def lookup(cfg: DictConfig) -> dict:
     matches = [e for e in entries if _same_key(e, wanted)]
     what = f"variant={cfg.variant} target_skip={target:g} backbone={wanted['backbone']} layers={wanted['layer_set']}"
     if not matches:
-        raise CalibrationLookupError(f"alpha=calibrated: {path} has no α for {what}; it holds: {_describe(entries)} "
-                                     f"(python calibrate.py ablation={cfg.variant} target_skip={target:g} adds it)")
+        hero = cfg.method.name == "hero"
+        command = f"ablation={cfg.variant}" if hero else f"method={cfg.method.name}"
+        raise CalibrationLookupError(f"{_calibrated_key(cfg)}=calibrated: {path} has no {'α' if hero else 'value'} for "
+                                     f"{what}; it holds: {_describe(entries)} "
+                                     f"(python calibrate.py {command} target_skip={target:g} adds it)")
     setup = setup_of(cfg)
     for entry in matches:
         if entry["setup_hash"] == setup_hash(setup):
             return entry
     diff = _differences(setup, matches[-1]["setup"])
-    raise CalibrationLookupError(f"alpha=calibrated: the α for {what} in {path} was calibrated with a different "
-                                 f"setup: {', '.join(diff[:4])}")
+    value = "α" if cfg.method.name == "hero" else "value"
+    raise CalibrationLookupError(f"{_calibrated_key(cfg)}=calibrated: the {value} for {what} in {path} was calibrated "
+                                 f"with a different setup: {', '.join(diff[:4])}")
+
+
+def _calibrated_key(cfg: DictConfig) -> str:
+    if cfg.method.name == "hero":
+        return "alpha"
+    from hero.calibration.knobs import knob_of
+
+    return knob_of(cfg.method.name).key
+
+
+def calibrated_knob(cfg: DictConfig) -> float:
+    """A baseline's knob for ``method.<knob>=calibrated``: its calibrated value at ``calibration.target_skip``."""
+    return float(lookup(cfg)["value"])
 
 
 def calibrated_alpha(cfg: DictConfig) -> float:
@@ -156,12 +183,14 @@ def transfer_report(cfg: DictConfig, realized: float) -> dict:
     """
     entry = lookup(cfg)
     target = float(entry["target_skip"])
-    report = {"target": target, "alpha": entry["alpha"], "calibrated_skip": entry["realized_skip"],
+    name = entry.get("knob", "alpha")
+    value = entry["alpha"] if name == "alpha" else entry["value"]
+    report = {"target": target, name: value, "calibrated_skip": entry["realized_skip"],
               "realized_skip": realized, "deviation": realized - target, "tolerance": entry["tolerance"],
               "within_tolerance": abs(realized - target) <= entry["tolerance"], "study": entry["study"],
               "trial_steps": entry["trial_steps"], "file": str(cfg.calibration.file)}
     verdict = "within" if report["within_tolerance"] else "OUTSIDE"
     print(f"calibration: realized skip {realized:.4f} vs target {target:.4f} ({100 * (realized - target):+.2f} pp, "
-          f"{verdict} ±{100 * entry['tolerance']:.2f} pp); α={entry['alpha']:.4g} gave {entry['realized_skip']:.4f} "
+          f"{verdict} ±{100 * entry['tolerance']:.2f} pp); {'α' if name == 'alpha' else name}={value:.4g} gave {entry['realized_skip']:.4f} "
           f"in {entry['trial_steps']}-step trials (study {entry['study']})", flush=True)
     return report

@@ -1,8 +1,9 @@
 """``MonotoneSampler``: an Optuna sampler for a response that rises with its one parameter.
 
-Calibration searches the α at which the realized skip rate hits a target. The skip rate
-rises with α, so the search is root finding, not black-box optimisation. The sampler
-works in x = log10 α and reads the realized skip rate that each finished trial stored
+Calibration searches the α (or a baseline's cost knob, ``hero.calibration.knobs``) at which
+the realized skip rate hits a target. The skip rate rises with it, so the search is root
+finding, not black-box optimisation. The sampler works in x = log10 α (a log-scale
+parameter) or x = the value (a linear one; an integer parameter is rounded) and reads the realized skip rate that each finished trial stored
 as the user attribute ``skip`` and the target the study stored as ``target_skip``:
 
 * no finished trial: start at ``x0`` (α₀ of the config) and, for trials already in
@@ -25,14 +26,15 @@ but ``hero.calibration.study`` stops asking.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import optuna
-from optuna.distributions import BaseDistribution, FloatDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
+
+from hero.calibration.knobs import from_x, to_x
 
 PARAM = "alpha"
 SKIP_ATTR = "skip"
@@ -41,19 +43,20 @@ TARGET_ATTR = "target_skip"
 
 @dataclass(frozen=True)
 class Point:
-    """One finished trial: x = log10 α, its realized skip rate, α itself and the trial number."""
+    """One finished trial: x (log10 α, or the knob's value), its realized skip rate, the value itself, the trial number."""
 
     x: float
     skip: float
-    alpha: float | None = None
+    value: float | None = None
     number: int = 0
 
 
-def finished_points(study: Study) -> list[Point]:
-    """Finished trials with a realized skip rate, sorted by α."""
-    points = [Point(math.log10(t.params[PARAM]), float(t.user_attrs[SKIP_ATTR]), t.params[PARAM], t.number)
+def finished_points(study: Study, param: str = PARAM) -> list[Point]:
+    """Finished trials with a realized skip rate, sorted by the parameter ``param``."""
+    points = [Point(to_x(t.params[param], t.distributions[param]), float(t.user_attrs[SKIP_ATTR]), t.params[param],
+                    t.number)
               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if PARAM in t.params and SKIP_ATTR in t.user_attrs]
+              if param in t.params and SKIP_ATTR in t.user_attrs]
     return sorted(points, key=lambda p: (p.x, p.skip))
 
 
@@ -77,10 +80,15 @@ def secant(points: list[Point], target: float) -> float | None:
 
 
 class MonotoneSampler(BaseSampler):
-    """Bracket in log α, then secant / bisection; parallel proposals spread inside the bracket."""
+    """Bracket in log α (or the knob), then secant / bisection; parallel proposals spread inside the bracket.
+
+    ``param``: the parameter it proposes (others go to a random sampler); ``x0`` and ``step``
+    are in its x coordinate.
+    """
 
     def __init__(self, x0: float, step: float = 1.0, parallel: int = 1, margin: float = 0.1,
-                 min_expand: float = 0.25) -> None:
+                 min_expand: float = 0.25, param: str = PARAM) -> None:
+        self.param = param
         self.x0, self.step, self.parallel = float(x0), float(step), max(1, int(parallel))
         self.margin, self.min_expand = float(margin), float(min_expand)
         self._fallback = optuna.samplers.RandomSampler(seed=0)
@@ -93,21 +101,30 @@ class MonotoneSampler(BaseSampler):
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> float:
-        if param_name != PARAM or not isinstance(param_distribution, FloatDistribution) or not param_distribution.log:
+        if param_name != self.param or not isinstance(param_distribution, (FloatDistribution, IntDistribution)):
             return self._fallback.sample_independent(study, trial, param_name, param_distribution)
-        lo, hi = math.log10(param_distribution.low), math.log10(param_distribution.high)
-        running = [math.log10(t.params[PARAM]) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.number != trial.number and PARAM in t.params]
-        x = self.propose(finished_points(study), float(study.user_attrs[TARGET_ATTR]), running, (lo, hi))
-        return 10.0 ** x
+        lo, hi = to_x(param_distribution.low, param_distribution), to_x(param_distribution.high, param_distribution)
+        running = [to_x(t.params[self.param], t.distributions[self.param])
+                   for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.number != trial.number and self.param in t.params]
+        x = self.propose(finished_points(study, self.param), float(study.user_attrs[TARGET_ATTR]), running, (lo, hi),
+                         integer=isinstance(param_distribution, IntDistribution))
+        return from_x(x, param_distribution)
 
-    def propose(self, points: list[Point], target: float, running: list[float], bounds: tuple[float, float]) -> float:
-        """The next x = log10 α given finished points, the target and the x of trials in flight."""
+    def propose(self, points: list[Point], target: float, running: list[float], bounds: tuple[float, float],
+                integer: bool = False) -> float:
+        """The next x (log10 α, or the knob) given finished points, the target and the x of trials in flight.
+
+        ``integer``: proposals are rounded to whole numbers, and a number already tried or in
+        flight is not proposed again while another candidate is free.
+        """
         lo_b, hi_b = bounds
         candidates = self._candidates(points, target, bounds)
         clipped = [min(max(c, lo_b), hi_b) for c in candidates]
+        if integer:
+            clipped = [float(round(c)) for c in clipped]
         taken = set(running) | {p.x for p in points}
-        spacing = self._spacing(points, target, bounds)
+        spacing = max(self._spacing(points, target, bounds), 1.0) if integer else self._spacing(points, target, bounds)
         for c in clipped:
             if all(abs(c - r) > spacing / 2 for r in taken):
                 return c

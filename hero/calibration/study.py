@@ -1,5 +1,8 @@
 """One Optuna study per (variant, target, backbone, layer set); an ask/tell loop over all of them.
 
+A study searches one knob (``hero.calibration.knobs``): α for a HeRo variant, the cost knob
+of a baseline method; "α" below stands for either.
+
 ``calibrate(plans, ...)`` keeps ``parallel`` trials in flight across every study and starts
 the next one as soon as any finishes (no synchronous batches). A study stops when a finished
 trial's realized skip rate is within ``tolerance`` of its target; it fails, with what it
@@ -23,16 +26,15 @@ import warnings
 from dataclasses import dataclass, field
 
 import optuna
-from optuna.distributions import FloatDistribution
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
-from hero.calibration.sampler import PARAM, SKIP_ATTR, TARGET_ATTR, MonotoneSampler, bracket, finished_points
+from hero.calibration.knobs import ALPHA, Knob, bounds, start, to_x
+from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler, bracket, finished_points
 from hero.calibration.trials import run_trial, trial_config
 from hero.errors import ConfigError
 
 SAMPLERS = ("monotone", "tpe")
-MIN_BRACKET = 1e-3  # decades of α: a narrower bracket that still misses the tolerance is a jump
 # The loop records heartbeats itself (ask/tell, not Study.optimize), which is what Optuna warns about.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
@@ -53,11 +55,13 @@ class Plan:
     full_steps: int
     max_param_rate: float
     meta: dict = field(default_factory=dict)
+    knob: Knob = ALPHA
+    num_routable: int = 0
 
 
 @dataclass
 class Outcome:
-    """How a study ended: ``alpha`` / ``skip`` of the trial closest to the target, ``error`` if it failed."""
+    """How a study ended: ``alpha`` (the knob's value) / ``skip`` of the trial closest to the target, ``error`` if it failed."""
 
     plan: Plan
     alpha: float | None
@@ -66,9 +70,9 @@ class Outcome:
     error: str | None = None
 
 
-def make_sampler(kind: str, x0: float, parallel: int, seed: int) -> optuna.samplers.BaseSampler:
+def make_sampler(kind: str, x0: float, parallel: int, seed: int, knob: Knob = ALPHA) -> optuna.samplers.BaseSampler:
     if kind == "monotone":
-        return MonotoneSampler(x0=x0, parallel=parallel)
+        return MonotoneSampler(x0=x0, parallel=parallel, step=knob.step, param=knob.name)
     if kind == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=parallel > 1)
     raise ConfigError(f"calibration.sampler={kind!r}: allowed values are {', '.join(SAMPLERS)}")
@@ -93,7 +97,7 @@ def _driver_gone(driver: str | None) -> bool:
     return False
 
 
-def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int) -> int:
+def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int, param: str = ALPHA.name) -> int:
     """Fail the RUNNING trials of a dead calibrating process and re-enqueue their α; returns how many."""
     now = time.time()
     reclaimed = 0
@@ -103,20 +107,20 @@ def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int) -> int:
             continue
         study.tell(t.number, state=TrialState.FAIL)
         retries = int(t.user_attrs.get("retries", 0))
-        if PARAM in t.params and retries < max_retry:
-            study.enqueue_trial({PARAM: t.params[PARAM]}, user_attrs={"retries": retries + 1,
+        if param in t.params and retries < max_retry:
+            study.enqueue_trial({param: t.params[param]}, user_attrs={"retries": retries + 1,
                                                                        "retry_of": t.number})
         reclaimed += 1
     return reclaimed
 
 
-def closest(study: optuna.Study, target: float) -> tuple[float, float] | None:
+def closest(study: optuna.Study, target: float, param: str = ALPHA.name) -> tuple[float, float] | None:
     """(α, skip) of the finished trial nearest the target."""
-    points = finished_points(study)
+    points = finished_points(study, param)
     if not points:
         return None
     best = min(points, key=lambda p: abs(p.skip - target))
-    return best.alpha, best.skip
+    return best.value, best.skip
 
 
 def trials_used(study: optuna.Study) -> int:
@@ -135,7 +139,8 @@ class Calibration:
         lo, hi = (float(b) for b in ccfg.alpha_bounds)
         if not 0 < lo < hi:
             raise ConfigError(f"calibration.alpha_bounds={[lo, hi]}: need 0 < low < high (α is searched in log scale)")
-        self.distribution = FloatDistribution(lo, hi, log=True)
+        self.distributions = {p.name: p.knob.distribution(*bounds(p.knob, ccfg.alpha_bounds, p.num_routable))
+                              for p in plans}
         self.studies: dict[str, optuna.Study] = {}
         self.outcomes: dict[str, Outcome] = {}
         self.in_flight: list[tuple[object, Plan, optuna.trial.Trial]] = []
@@ -143,18 +148,20 @@ class Calibration:
         self._native_heartbeat = isinstance(storage, BaseHeartbeat) and storage.get_heartbeat_interval() is not None
 
     def _open(self, plan: Plan) -> optuna.Study:
-        alpha0 = plan.cfg.alpha if isinstance(plan.cfg.alpha, (int, float)) and plan.cfg.alpha > 0 else None
-        x0 = math.log10(alpha0) if alpha0 else (math.log10(self.distribution.low) + math.log10(self.distribution.high)) / 2
-        sampler = make_sampler(self.ccfg.sampler, x0, self.parallel, int(plan.cfg.seed))
+        knob, distribution = plan.knob, self.distributions[plan.name]
+        configured = plan.cfg.alpha if knob is ALPHA else None
+        first = start(knob, configured, plan.target, plan.max_param_rate, plan.num_routable, distribution.low,
+                      distribution.high)
+        sampler = make_sampler(self.ccfg.sampler, to_x(first, distribution), self.parallel, int(plan.cfg.seed), knob)
         study = optuna.create_study(study_name=plan.name, storage=self.storage, sampler=sampler, direction="minimize",
                                     load_if_exists=True)
         for key, value in {TARGET_ATTR: plan.target, "variant": plan.variant, "sampler": self.ccfg.sampler,
                            "trial_steps": plan.steps, "full_steps": plan.full_steps, "seed": int(plan.cfg.seed),
-                           "tolerance": self.tolerance, **plan.meta}.items():
+                           "tolerance": self.tolerance, "knob": knob.name, **plan.meta}.items():
             study.set_user_attr(key, value)
         if self._native_heartbeat:
             optuna.storages.fail_stale_trials(study)
-        reclaimed = reclaim_orphans(study, float(self.ccfg.storage.grace_s), int(self.ccfg.storage.max_retry))
+        reclaimed = reclaim_orphans(study, float(self.ccfg.storage.grace_s), int(self.ccfg.storage.max_retry), knob.name)
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         resumed = f" (resumed: {done} finished trial(s), {reclaimed} orphaned trial(s) re-enqueued)" if done or reclaimed else ""
         self.log(f"study {plan.name}: target {plan.target:.4f}, {plan.steps}-step trials{resumed}")
@@ -184,11 +191,11 @@ class Calibration:
     def _check(self, plan: Plan) -> None:
         """Decide whether ``plan``'s study is done (reached, or failed with what it reached)."""
         study = self.studies[plan.name]
-        best = closest(study, plan.target)
+        best = closest(study, plan.target, plan.knob.name)
         used = trials_used(study)
         if best is not None and abs(best[1] - plan.target) <= self.tolerance:
             self.outcomes[plan.name] = Outcome(plan, best[0], best[1], used)
-            self.log(f"study {plan.name}: reached α={best[0]:.4g} → skip {best[1]:.4f} "
+            self.log(f"study {plan.name}: reached {plan.knob.label}={best[0]:.4g} → skip {best[1]:.4f} "
                      f"(target {plan.target:.4f} ± {self.tolerance:g}) after {used} trial(s)")
             return
         error = self._dead_end(plan, study, best, used)
@@ -202,26 +209,29 @@ class Calibration:
         failed = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
                   if int(t.user_attrs.get("retries", 0)) >= int(self.ccfg.storage.max_retry)]
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        knob, distribution = plan.knob, self.distributions[plan.name]
+        name = knob.label
         if failed and not waiting:
-            return f"trial {failed[-1].number} (α={failed[-1].params.get(PARAM, float('nan')):.4g}) failed " \
+            return f"trial {failed[-1].number} ({name}={failed[-1].params.get(knob.name, float('nan')):.4g}) failed " \
                    f"{int(failed[-1].user_attrs.get('retries', 0)) + 1} time(s): {failed[-1].user_attrs.get('error')}"
-        reached = (f"closest α={best[0]:.4g} gave skip {best[1]:.4f} (target {plan.target:.4f}, off by "
+        reached = (f"closest {name}={best[0]:.4g} gave skip {best[1]:.4f} (target {plan.target:.4f}, off by "
                    f"{100 * abs(best[1] - plan.target):.2f} pp)") if best else "no trial finished"
-        points = finished_points(study)
-        lo_b, hi_b = math.log10(self.distribution.low), math.log10(self.distribution.high)
+        points = finished_points(study, knob.name)
+        lo_b, hi_b = to_x(distribution.low, distribution), to_x(distribution.high, distribution)
+        widen = "raise calibration.alpha_bounds or the training budget" if knob is ALPHA else "raise the training budget"
         top = [p for p in points if p.x >= hi_b - 1e-9]
         if top and top[0].skip < plan.target - self.tolerance:
-            return (f"α at the upper bound {self.distribution.high:g} gives skip {top[0].skip:.4f} < target "
-                    f"{plan.target:.4f} (ceiling {plan.max_param_rate:.4f}); raise calibration.alpha_bounds or the "
-                    f"training budget, or lower the target")
+            return (f"{name} at the upper bound {distribution.high:g} gives skip {top[0].skip:.4f} < target "
+                    f"{plan.target:.4f} (ceiling {plan.max_param_rate:.4f}); {widen}, or lower the target")
         bottom = [p for p in points if p.x <= lo_b + 1e-9]
         if bottom and bottom[0].skip > plan.target + self.tolerance:
-            return (f"α at the lower bound {self.distribution.low:g} already gives skip {bottom[0].skip:.4f} > target "
-                    f"{plan.target:.4f}; lower calibration.alpha_bounds or raise the target")
+            lower = "lower calibration.alpha_bounds or raise the target" if knob is ALPHA else "raise the target"
+            return (f"{name} at the lower bound {distribution.low:g} already gives skip {bottom[0].skip:.4f} > target "
+                    f"{plan.target:.4f}; {lower}")
         lo, hi = bracket(points, plan.target)
-        if lo is not None and hi is not None and hi.x - lo.x < MIN_BRACKET:
+        if lo is not None and hi is not None and hi.x - lo.x < knob.min_bracket:
             return (f"tolerance ±{100 * self.tolerance:.2f} pp unreachable: skip jumps from {lo.skip:.4f} at "
-                    f"α={10 ** lo.x:.4g} to {hi.skip:.4f} at α={10 ** hi.x:.4g}; {reached}")
+                    f"{name}={lo.value:.4g} to {hi.skip:.4f} at {name}={hi.value:.4g}; {reached}")
         if used >= self.max_trials:
             return (f"tolerance ±{100 * self.tolerance:.2f} pp not reached after {used} trials "
                     f"(calibration.max_trials={self.max_trials}): {reached}")
@@ -250,12 +260,13 @@ class Calibration:
             if plan is None:
                 return
             study = self.studies[plan.name]
-            trial = study.ask({PARAM: self.distribution})
-            alpha = trial.params[PARAM]
+            knob = plan.knob
+            trial = study.ask({knob.name: self.distributions[plan.name]})
+            alpha = trial.params[knob.name]
             self._beat(trial, driver=True)
-            config = trial_config(plan.cfg, alpha, plan.name, plan.steps, plan.target)
-            run_dir = f"{self.trials_dir}/{plan.meta['slug']}/alpha={alpha:.6g}"
-            self.log(f"study {plan.name}: trial {trial.number} α={alpha:.4g} started ({run_dir})")
+            config = trial_config(plan.cfg, alpha, plan.name, plan.steps, plan.target, knob.key)
+            run_dir = f"{self.trials_dir}/{plan.meta['slug']}/{knob.name}={alpha:.6g}"
+            self.log(f"study {plan.name}: trial {trial.number} {knob.label}={alpha:.4g} started ({run_dir})")
             job = self.executor.submit(run_trial, config, run_dir)
             self.in_flight.append((job, plan, trial))
             if job.done():
@@ -288,20 +299,21 @@ class Calibration:
             try:
                 result = job.result()
             except Exception as err:  # noqa: BLE001 - a failed trial is recorded and retried, not fatal
-                self._failed(study, trial, err)
+                self._failed(study, trial, err, plan.knob.name)
                 continue
             trial.set_user_attr(SKIP_ATTR, float(result["skip"]))
             trial.set_user_attr("record", result["record"])
             study.tell(trial, abs(float(result["skip"]) - plan.target))
-            self.log(f"study {plan.name}: trial {trial.number} α={trial.params[PARAM]:.4g} → skip {result['skip']:.4f}")
+            self.log(f"study {plan.name}: trial {trial.number} {plan.knob.label}={trial.params[plan.knob.name]:.4g} "
+                     f"→ skip {result['skip']:.4f}")
         self.in_flight = keep
 
-    def _failed(self, study: optuna.Study, trial: optuna.trial.Trial, err: Exception) -> None:
+    def _failed(self, study: optuna.Study, trial: optuna.trial.Trial, err: Exception, param: str) -> None:
         message = (str(err).strip().splitlines() or [type(err).__name__])[-1][:300]
         retries = int(trial.user_attrs.get("retries", 0))
         trial.set_user_attr("error", message)
         study.tell(trial, state=TrialState.FAIL)
         self.log(f"study {study.study_name}: trial {trial.number} failed: {message}")
         if retries < int(self.ccfg.storage.max_retry):
-            study.enqueue_trial({PARAM: trial.params[PARAM]}, user_attrs={"retries": retries + 1,
+            study.enqueue_trial({param: trial.params[param]}, user_attrs={"retries": retries + 1,
                                                                            "retry_of": trial.number})

@@ -1,6 +1,7 @@
 """How one calibration trial runs: a real training run of the variant at a proposed α.
 
-A trial is ``hero.pipeline.run`` of the variant's train config with ``alpha=<proposed>``,
+A trial is ``hero.pipeline.run`` of the variant's train config with ``alpha=<proposed>`` (or
+the baseline's knob, ``method.p=<proposed>``, … — ``hero.calibration.knobs``),
 ``objective=skip.param_rate``, ``trainer.max_steps`` shortened to ``trial_fraction`` of the
 training budget, the study's fixed seed, and its record written under
 ``<calibration.dir>/trials/<study>/alpha=<α>``. No ``force``: the pipeline's config-hash
@@ -57,12 +58,15 @@ def trial_steps(cfg: DictConfig) -> int:
     return max(1, round(fraction * full_steps(cfg)))
 
 
-def trial_config(cfg: DictConfig, alpha: float, study: str, steps: int, target: float) -> dict:
-    """The resolved train config of one trial (calibration-only keys dropped: no storage URL in any record)."""
+def trial_config(cfg: DictConfig, alpha: float, study: str, steps: int, target: float, key: str = "alpha") -> dict:
+    """The resolved train config of one trial (calibration-only keys dropped: no storage URL in any record).
+
+    ``key`` is the config key the proposed value sets: ``alpha``, or a baseline's knob (``method.p``, …).
+    """
     trial = copy.deepcopy(cfg)
     with open_dict(trial):
         trial.pop("hydra", None)
-        trial.alpha = float(alpha)
+        OmegaConf.update(trial, key, alpha if isinstance(alpha, int) and key != "alpha" else float(alpha), merge=False)
         trial.objective = "skip.param_rate"
         trial.force = False
         trial.trainer.max_steps = int(steps)
@@ -141,10 +145,11 @@ def make_executor(kind: str, launcher: DictConfig | None, folder: str | Path):
     return executor
 
 
-def param_ceiling(cfg: DictConfig) -> float:
+def param_ceiling(cfg: DictConfig, with_layers: bool = False) -> float | tuple[float, int]:
     """The highest parameter skip rate the layer set allows: routable FFN parameters / backbone parameters.
 
     Counted on a weightless (meta-device) copy of the backbone built from its config.
+    ``with_layers``: also return the number of routable layers.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -160,4 +165,5 @@ def param_ceiling(cfg: DictConfig) -> float:
     layers = resolve_layers(layer_spec(cfg), config.num_hidden_layers)
     blocks = decoder_layers(model)
     total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    return sum(p.numel() for i in layers for p in blocks[i].mlp.parameters()) / total
+    ceiling = sum(p.numel() for i in layers for p in blocks[i].mlp.parameters()) / total
+    return (ceiling, len(layers)) if with_layers else ceiling

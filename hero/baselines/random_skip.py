@@ -1,0 +1,33 @@
+"""Random routing at a given cost: each token's FFN skipped with probability p.
+
+The control every learned router must beat at equal cost. For routable block j and token t,
+independently of everything else:
+
+    skip_{j,t} ~ Bernoulli(p),   g = 1 − skip,   h = h̄ + FFN(u) if g = 1 else h̄ + Adapter_j(u)
+
+The draws come from the global torch RNG, which the run's seed fixes (``seed=``), so a run is
+reproducible and a different seed draws differently; gradient checkpointing restores that RNG
+for its recomputation, so it redraws the same decisions. With ``method.adapter=true`` HeRo's
+adapters (eq 2, d_r = 7d/32, zero-initialised W2) are trained under this routing with the LM
+loss alone; with ``adapter=false`` nothing trains and a skipped token keeps h̄. The realized
+parameter skip rate is p × (routable FFN parameters / all parameters) in expectation; p is
+the calibration knob.
+"""
+from __future__ import annotations
+
+import torch
+
+from hero.baselines.attach import Policy, PolicyConfig, hard_decision
+
+SOURCE = "random routing control (this project): Bernoulli(p) FFN skip per token and layer, seeded"
+DEVIATIONS = ()
+
+
+class RandomPolicy(Policy):
+    def __init__(self, hidden_size: int, num_routable: int, config: PolicyConfig, p: float):
+        super().__init__(hidden_size, num_routable, config)
+        self.p = float(p)
+
+    def step(self, j: int, hbar: torch.Tensor, carry, rho: torch.Tensor):
+        executed = torch.rand(hbar.shape[0], device=hbar.device) >= self.p
+        return hard_decision(executed.float()), carry
