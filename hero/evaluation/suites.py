@@ -6,14 +6,16 @@
   match) + HumanEval (0-shot, greedy, pass@1).
 * ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.evaluation.tiny``),
   offline, seconds.
+* ``smollm2``: the SmolLM2 bed's tasks (``hero.evaluation.smollm2``), offline, with ``model=smollm2_135m``.
 * ``none``: no evaluation.
 
 The tasks of a suite are listed in ``conf/eval/<suite>.yaml`` under ``tasks``, one entry
 per task of the record (``eval.<task>.<metric>``): ``lm_eval_task``, ``num_fewshot``,
 ``metric`` (the primary metric, on which Retain is computed), ``chat_template``, and
 optionally ``fewshot_as_multiturn`` (default: as ``chat_template``), ``gen_kwargs``,
-``limit`` (default ``eval.limit``) and ``unsafe_code`` (the task executes generated
-code). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``, optional
+``limit`` (default ``eval.limit``), ``unsafe_code`` (the task executes generated
+code) and ``retain`` (default true; ``false`` makes the task a diagnostic: scored and
+recorded under ``eval_meta.diagnostic_metric``, not part of Retain). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``, optional
 keys with a leading ``+`` (``+eval.tasks.piqa.limit=100``).
 
 ``evaluate_suite`` returns ``(scores, meta)``: scores as {task: {metric: value}} and meta
@@ -34,9 +36,9 @@ from torch import nn
 
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
 
-SUITES = ("tiny", "paper7", "extended9", "none")
+SUITES = ("tiny", "smollm2", "paper7", "extended9", "none")
 REQUIRED = ("lm_eval_task", "num_fewshot", "metric", "chat_template")
-OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "unsafe_code")
+OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "unsafe_code", "retain")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class TaskSpec:
     limit: int | None
     gen_kwargs: dict = field(default_factory=dict)
     unsafe_code: bool = False
+    retain: bool = True
 
 
 def _positive_int_or_none(value, where: str) -> None:
@@ -79,7 +82,8 @@ def task_specs(eval_cfg) -> list[TaskSpec]:
                               metric=entry["metric"], chat_template=chat,
                               fewshot_as_multiturn=bool(entry.get("fewshot_as_multiturn", chat)),
                               limit=entry.get("limit") or eval_cfg.limit, gen_kwargs=entry.get("gen_kwargs") or {},
-                              unsafe_code=bool(entry.get("unsafe_code", False))))
+                              unsafe_code=bool(entry.get("unsafe_code", False)),
+                              retain=bool(entry.get("retain", True))))
     return specs
 
 
@@ -105,13 +109,16 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
     specs = task_specs(eval_cfg)
-    meta = {"suite": eval_cfg.suite, "primary_metric": {s.name: s.metric for s in specs}, "limit": eval_cfg.limit,
+    meta = {"suite": eval_cfg.suite, "primary_metric": {s.name: s.metric for s in specs if s.retain},
+            "diagnostic_metric": {s.name: s.metric for s in specs if not s.retain}, "limit": eval_cfg.limit,
             "lm_eval": lm_eval_version(), "fingerprint": suite_fingerprint(eval_cfg),
             "tasks": {s.name: asdict(s) for s in specs}}
     was_training = model.training
     try:
         if eval_cfg.suite == "tiny":
             scores, counts = _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs)
+        elif eval_cfg.suite == "smollm2":
+            scores, counts = _evaluate_smollm2(model, tokenizer, eval_cfg, bed, specs)
         else:
             from lm_eval.tasks import TaskManager
 
@@ -147,3 +154,15 @@ def _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
     with tempfile.TemporaryDirectory(prefix="hero-tiny-eval-") as data_dir:
         write_task_data(bed, tokenizer, data_dir, [s.name for s in specs])
         return _evaluate(model, tokenizer, eval_cfg, task_manager(data_dir), specs)
+
+
+def _evaluate_smollm2(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
+    from hero.evaluation.smollm2 import task_manager
+    from hero.smollm2 import TASKS, SmolLM2Bed
+
+    if not isinstance(bed, SmolLM2Bed):
+        raise EvaluationError("eval=smollm2 scores the SmolLM2 bed's tasks: use it with model=smollm2_135m")
+    unknown = sorted({s.name for s in specs} - set(TASKS))
+    if unknown:
+        raise EvaluationError(f"eval.tasks: {unknown} are not smollm2 tasks ({', '.join(TASKS)})")
+    return _evaluate(model, tokenizer, eval_cfg, task_manager(bed.data_dir / "tasks"), specs)
