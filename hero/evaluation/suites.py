@@ -6,6 +6,7 @@
   match) + HumanEval (0-shot, greedy, pass@1).
 * ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.evaluation.tiny``),
   offline, seconds.
+* ``smollm2``: the SmolLM2 bed's tasks (``hero.evaluation.smollm2``), offline, with ``model=smollm2_135m``.
 * ``none``: no evaluation.
 
 The tasks of a suite are listed in ``conf/eval/<suite>.yaml`` under ``tasks``, one entry
@@ -35,7 +36,7 @@ from torch import nn
 
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
 
-SUITES = ("tiny", "paper7", "extended9", "none")
+SUITES = ("tiny", "smollm2", "paper7", "extended9", "none")
 REQUIRED = ("lm_eval_task", "num_fewshot", "metric", "chat_template")
 OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "unsafe_code", "retain")
 
@@ -116,6 +117,8 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
     try:
         if eval_cfg.suite == "tiny":
             scores, counts = _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs)
+        elif eval_cfg.suite == "smollm2":
+            scores, counts = _evaluate_smollm2(model, tokenizer, eval_cfg, bed, specs)
         else:
             from lm_eval.tasks import TaskManager
 
@@ -151,3 +154,15 @@ def _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
     with tempfile.TemporaryDirectory(prefix="hero-tiny-eval-") as data_dir:
         write_task_data(bed, tokenizer, data_dir, [s.name for s in specs])
         return _evaluate(model, tokenizer, eval_cfg, task_manager(data_dir), specs)
+
+
+def _evaluate_smollm2(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
+    from hero.evaluation.smollm2 import task_manager
+    from hero.smollm2 import TASKS, SmolLM2Bed
+
+    if not isinstance(bed, SmolLM2Bed):
+        raise EvaluationError("eval=smollm2 scores the SmolLM2 bed's tasks: use it with model=smollm2_135m")
+    unknown = sorted({s.name for s in specs} - set(TASKS))
+    if unknown:
+        raise EvaluationError(f"eval.tasks: {unknown} are not smollm2 tasks ({', '.join(TASKS)})")
+    return _evaluate(model, tokenizer, eval_cfg, task_manager(bed.data_dir / "tasks"), specs)

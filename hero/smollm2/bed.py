@@ -1,0 +1,161 @@
+"""The SmolLM2 bed: backbone, training data and evaluation tasks, built once and cached.
+
+Location: ``<cache_root>/smollm2/<gguf sha256[:12]>/``: ``backbone/`` (the de-quantised
+HF model and tokenizer, ``hero.smollm2.convert``) and ``data/<data hash>/`` (SFT data,
+task files, ``manifest.json``), where the data hash covers ``DataRecipe`` and the
+sources of the prompts and questions. Each part is built in a temporary sibling and
+renamed into place under an exclusive ``fcntl`` lock, so parallel jobs build it once and a
+directory with its marker file (``gguf.json``, ``manifest.json``) is always complete.
+
+Building the data needs the dense model: it samples the training responses, answers the
+evaluation prompts, and gives the next-token distributions the agreement tasks compare
+against (``hero.smollm2.data``, ``hero.smollm2.tasks``).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from hero.smollm2 import data as sft
+from hero.smollm2 import knowledge, prompts, tasks
+from hero.smollm2.convert import convert, file_sha256, gguf_path
+
+TASKS = ("knowledge", "answer", "heldout_ppl", "agree_text", "agree_chat")
+
+
+@dataclass(frozen=True)
+class DataRecipe:
+    prompt_plays: tuple[str, ...] = ("hamlet", "lear", "othello", "romeo_and_juliet", "tempest", "julius_caesar")
+    heldout_plays: tuple[str, ...] = ("macbeth", "twelfth_night")
+    n_prompts: int | None = None
+    n_eval_prompts: int | None = None
+    n_passages: int = 120
+    samples_per_prompt: int = 2
+    max_new_tokens: int = 96
+    val_fraction: float = 0.05
+    n_ppl_chunks: int = 48
+    n_agree_chunks: int = 48
+    chunk_tokens: int = 128
+    agree_per_text: int = 4
+    top_k: int = 16
+    seed: int = 0
+
+
+RECIPE = DataRecipe()
+# A seconds-to-build miniature (16 prompts, 8 evaluation chats, short answers) for the pipeline tests only.
+MICRO_RECIPE = DataRecipe(n_prompts=16, n_eval_prompts=8, n_passages=4, samples_per_prompt=1, max_new_tokens=16,
+                          val_fraction=0.25, n_ppl_chunks=4, n_agree_chunks=4, chunk_tokens=48, agree_per_text=2)
+RECIPES = {"full": RECIPE, "micro": MICRO_RECIPE}
+
+
+@dataclass
+class SmolLM2Bed:
+    """Paths of the built bed and its data manifest."""
+
+    root: Path
+    backbone_dir: Path
+    data_dir: Path
+    gguf_sha256: str
+    manifest: dict
+
+
+def data_hash(recipe: DataRecipe) -> str:
+    digest = hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode())
+    for module in (prompts, knowledge, sft, tasks):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _resolve_root(cache_root) -> Path:
+    return Path(cache_root or os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
+
+
+def _built_once(directory: Path, marker: str, build, label: str) -> None:
+    """Run ``build(tmp)`` and rename ``tmp`` to ``directory`` unless ``directory/marker`` exists (under a lock)."""
+    if (directory / marker).exists():
+        return
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (directory / marker).exists():
+            return
+        tmp = directory.parent / f"{directory.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        print(f"[smollm2] building {label} into {directory} (once)", flush=True)
+        t0 = time.time()
+        try:
+            build(tmp)
+            shutil.rmtree(directory, ignore_errors=True)
+            tmp.rename(directory)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"[smollm2] built {label} in {time.time() - t0:.0f}s", flush=True)
+
+
+def ensure_smollm2(cache_root: str | Path | None = None, recipe: DataRecipe = RECIPE) -> SmolLM2Bed:
+    """The bed (backbone converted from the wheel's GGUF file, data and tasks), built once per GGUF hash × recipe."""
+    source = gguf_path()
+    sha = file_sha256(source)
+    root = _resolve_root(cache_root) / "smollm2" / sha[:12]
+    backbone_dir = root / "backbone"
+    _built_once(backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)")
+    data_dir = root / "data" / data_hash(recipe)
+    _built_once(data_dir, "manifest.json", lambda tmp: build_data(backbone_dir, tmp, recipe), "training data and tasks")
+    manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+    return SmolLM2Bed(root=root, backbone_dir=backbone_dir, data_dir=data_dir, gguf_sha256=sha, manifest=manifest)
+
+
+def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> dict:
+    """SFT train/validation files, task files and ``manifest.json`` (counts, times, dense reference numbers)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    t0 = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(backbone_dir)
+    model = AutoModelForCausalLM.from_pretrained(backbone_dir, dtype=torch.float32).eval()
+    train_prompts = prompts.train_prompts(sft.read_plays(recipe.prompt_plays), recipe.n_passages, recipe.seed)
+    train_prompts = train_prompts[: recipe.n_prompts]
+    repeated = [p for p in train_prompts for _ in range(recipe.samples_per_prompt)]
+    answers = sft.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True, seed=recipe.seed,
+                          desc="sampling training responses")
+    rows = sft.conversations(repeated, answers)
+    n_val = max(1, int(len(train_prompts) * recipe.val_fraction))
+    val_prompts = set(train_prompts[:n_val])
+    tasks.write_jsonl(out / "sft_train.jsonl", [r for r in rows if r["messages"][0]["content"] not in val_prompts])
+    tasks.write_jsonl(out / "sft_val.jsonl", [r for r in rows if r["messages"][0]["content"] in val_prompts])
+    t_sft = time.time() - t0
+
+    eval_prompts = prompts.eval_prompts()[: recipe.n_eval_prompts]
+    eval_answers = sft.respond(model, tokenizer, eval_prompts, recipe.max_new_tokens, sample=False, seed=recipe.seed,
+                               desc="greedy evaluation answers")
+    tasks.write_jsonl(out / "eval_chat.jsonl", sft.conversations(eval_prompts, eval_answers))
+    plays = sft.read_plays(recipe.heldout_plays)
+    chunks = tasks.text_chunks(tokenizer, plays, recipe.n_ppl_chunks + recipe.n_agree_chunks, recipe.chunk_tokens,
+                               recipe.seed)
+    task_dir = out / "tasks"
+    task_dir.mkdir()
+    tasks.write_jsonl(task_dir / "knowledge.jsonl", tasks.knowledge_rows(recipe.seed))
+    tasks.write_jsonl(task_dir / "answer.jsonl", tasks.answer_rows())
+    tasks.write_jsonl(task_dir / "heldout_ppl.jsonl", tasks.ppl_rows(tokenizer, chunks[: recipe.n_ppl_chunks]))
+    tasks.write_jsonl(out / "heldout_text.jsonl", chunks[recipe.n_ppl_chunks:])
+    text_items, text_mass = tasks.agreement_rows(model, tokenizer, [(c["text"], 8) for c in chunks[recipe.n_ppl_chunks:]],
+                                                 recipe.agree_per_text, recipe.top_k, recipe.seed)
+    chat_items, chat_mass = tasks.agreement_rows(model, tokenizer, tasks.chat_texts(tokenizer, eval_prompts, eval_answers),
+                                                 recipe.agree_per_text, recipe.top_k, recipe.seed)
+    tasks.write_jsonl(task_dir / "agree_text.jsonl", text_items)
+    tasks.write_jsonl(task_dir / "agree_chat.jsonl", chat_items)
+    manifest = {"recipe": asdict(recipe), "data_hash": data_hash(recipe), "build_s": round(time.time() - t0, 1),
+                "sft_s": round(t_sft, 1), "n_train_prompts": len(train_prompts), "n_sft": len(rows),
+                "n_items": {"knowledge": len(knowledge.questions()), "heldout_ppl": recipe.n_ppl_chunks,
+                            "agree_text": len(text_items), "agree_chat": len(chat_items)},
+                "dense_topk_mass": {"agree_text": text_mass, "agree_chat": chat_mass}}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return manifest
