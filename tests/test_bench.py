@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import hero
-from hero.bench import flops
+from hero.bench import flops, traffic
 from hero.bench.runner import ForcedSkip, SkipCount, routed_twin
+import hero.model.block as block_module
 from hero.model.attach import is_hero_parameter
 from hero.model.block import RoutedDecoderLayer
 from hero.model.config import RouterConfig
@@ -71,6 +73,27 @@ def test_flop_model_ablations_drop_their_parts():
     assert flops.router_flops(TOY, no_read, 2, 2) == 606 - 40
 
 
+def test_bytes_model_by_hand():
+    # attention: q 8*8 + k, v 2*8*4 + o 8*8 = 192; FFN 3*8*16 = 384
+    assert traffic.attention_weights(TOY) == 192 and traffic.ffn_weights(TOY) == 384
+    assert traffic.kv_elements(TOY, read=10, written=2) == 2 * 1 * 4 * 12 == 96
+    assert traffic.router_state_elements(TOY, memory_dim=4) == 2 * (16 + 4) + 2 * 8 == 56
+    # 2 layers x (192 + 384) weights + LM head 80 + 3 embedding rows x 8 + 2 layers x KV(read 7, written 3) = 80
+    dense = traffic.dense_bytes(TOY, tokens=3, kv_read=7, logits=1, elem=2)
+    assert dense == (2 * 576 + 80 + 24 + 2 * 80) * 2 == 2832
+    assert traffic.dense_bytes(TOY, tokens=3, kv_read=7, logits=0, elem=2) == dense - 160
+    # 2 routable blocks: FFN weights read in 0.5 of them on average, adapter (r = 2) in both, router of 100 params
+    b = traffic.breakdown(TOY, 3, 7, 1, 2, num_routable=2, ffn_blocks=0.5, adapter_blocks=2, adapter_dim=2,
+                          adapter_elem=4, router_params=100, memory_dim=4)
+    assert b["ffn_saved"] == 1.5 * 384 * 2 and b["adapter"] == 2 * 2 * 8 * 2 * 4
+    assert b["router"] == 2 * (100 + 3 * 56) * 4
+    assert b["routed"] == dense - b["ffn_saved"] + b["adapter"] + b["router"]
+    assert b["ideal_speedup"] == pytest.approx(dense / b["routed"])
+    # every block reads its FFN: no saving, the ideal falls below 1
+    assert traffic.breakdown(TOY, 3, 7, 1, 2, num_routable=2, ffn_blocks=2, adapter_blocks=2, adapter_dim=2,
+                             adapter_elem=4, router_params=100, memory_dim=4)["ideal_speedup"] < 1
+
+
 def test_shape_from_llama_config():
     s = flops.Shape.from_config(LlamaConfig(**SMALL))
     assert (s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab) == (64, 6, 4, 2, 16, 160, 97)
@@ -95,6 +118,16 @@ def test_forced_policy_realises_the_skip_fraction(skip):
     assert torch.equal(a, b) == (skip in (0.0, 1.0))
 
 
+def test_forced_policy_table_is_the_weyl_sequence():
+    """The sliced table gives frac(o_j + k·φ) < skip for every token k, also after the table grows."""
+    from hero.bench.runner import GOLDEN
+
+    policy = ForcedSkip(0.3, seed=2)
+    got = torch.cat([policy(5, torch.zeros(n)) for n in (1, 3000, 16, 5000, 7)])
+    k = torch.arange(got.numel(), dtype=torch.float64)
+    assert torch.equal(got, torch.frac(policy.offset(5) + k * GOLDEN) >= 0.3)
+
+
 def test_forced_policy_in_the_model_realises_the_skip_fraction():
     model = small_routed()
     policy = ForcedSkip(0.6)
@@ -103,19 +136,19 @@ def test_forced_policy_in_the_model_realises_the_skip_fraction():
     with torch.no_grad(), hero.forced_routing(model, policy):
         model(input_ids=ids)
     count.add(model)
-    assert count.tokens == 200
+    assert count.tokens == 200 and count.passes == 1
+    # 200 rows per block, 60 % skipped: every block read both its FFN and its adapter weights
+    assert count.result()["ffn_blocks_per_pass"] == 3 and count.result()["adapter_blocks_per_pass"] == 3
     assert abs(count.ffn_skip - 0.6) <= 3 / 600
     assert all(abs((1 - rate) - 0.6) <= 2 / 200 + 1e-9 for rate in count.result()["per_layer_ffn_rate"].values())
     assert count.param_rate == pytest.approx(count.ffn_skip * 3 / 10)
 
 
 # ---------------------------------------------------------------------------------------------- correctness
-def reference_single_branch(self, u, gate, executed):
+def masked_single_branch(hbar, u, gate, executed, ffn, adapter):
     """Plain masked eq 3: both branches on every row, selected with torch.where (no gather / scatter)."""
     g = gate.unsqueeze(-1)
-    ffn = g * self.base_layer.mlp(u)
-    adapter = (1.0 - g) * self.adapter(u)
-    return torch.where(executed.unsqueeze(-1), ffn, adapter).to(u.dtype)
+    return hbar + torch.where(executed.unsqueeze(-1), g * ffn(u), (1.0 - g) * adapter(u)).to(hbar.dtype)
 
 
 @pytest.mark.parametrize("policy", [None, 0.5, 0.0, 1.0])
@@ -137,10 +170,77 @@ def test_fast_path_equals_masked_reference(monkeypatch, policy):
     fast, executed = logits()
     if policy is None:
         assert executed.any() and not executed.all(), "test needs tokens on both branches"
-    monkeypatch.setattr(RoutedDecoderLayer, "_single_branch", reference_single_branch)
+    monkeypatch.setattr(block_module, "single_branch_inference", masked_single_branch)
     ref, executed_ref = logits()
     assert torch.equal(executed, executed_ref)
+    # the reference multiplies all rows by both branches, so BLAS sees other row counts: last-bit differences
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-5)
+
+
+def run_both_paths(model, ids, mask, policy, steps: int):
+    """Logits of a prefill and of ``steps`` KV-cached greedy decode steps, on the inference path (no autograd)
+    and on the straightforward reference path (the autograd path: per-branch nonzero gather, index_copy
+    scatter, out-of-place memory write, fused router weight rebuilt per call)."""
+    out = {}
+    for name, grad in (("inference", False), ("reference", True)):
+        step_logits, tokens = [], ids
+        routing = hero.forced_routing(model, ForcedSkip(policy)) if policy is not None else nullcontext()
+        with torch.set_grad_enabled(grad), routing:
+            result = model(input_ids=ids, attention_mask=mask, use_cache=True)
+            cache, logits = result.cache, result.logits.detach()
+            step_logits.append(logits)
+            for _ in range(steps):
+                nxt = logits[:, -1].argmax(-1, keepdim=True)
+                tokens = torch.cat([tokens, nxt], dim=1)
+                mask = torch.cat([mask, torch.ones_like(nxt)], dim=1)
+                logits = model(input_ids=nxt, attention_mask=mask, cache=cache, use_cache=True).logits.detach()
+                step_logits.append(logits)
+        out[name] = (step_logits, tokens)
+        mask = mask[:, :ids.shape[1]]
+    return out
+
+
+@pytest.mark.parametrize("batch, policy", [(1, None), (16, None), (5, 0.75), (16, 0.5), (4, 0.0), (4, 1.0)])
+def test_inference_path_equals_reference_bit_for_bit(monkeypatch, batch, policy):
+    """Logits and KV-cached greedy generation: the inference path equals the reference path exactly.
+
+    The FFN padding (``GEMM_MIN_ROWS``) is switched off here: it only changes which BLAS kernel
+    multiplies the FFN rows (see ``test_ffn_padding_changes_the_kernel_not_the_math``).
+    """
+    monkeypatch.setattr(block_module, "GEMM_MIN_ROWS", 1)
+    model = small_routed()
+    gen = torch.Generator().manual_seed(batch)
+    ids = torch.randint(0, SMALL["vocab_size"], (batch, 7), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    out = run_both_paths(model, ids, mask, policy, steps=6)
+    (fast, fast_tokens), (ref, ref_tokens) = out["inference"], out["reference"]
+    assert torch.equal(fast_tokens, ref_tokens)
+    for a, b in zip(fast, ref):
+        assert torch.equal(a, b)
+
+
+def test_ffn_padding_changes_the_kernel_not_the_math():
+    """2–3 FFN rows of ≥ 4 are multiplied in a 4-row product (the padding rows' outputs dropped)."""
+    model = small_routed()
+    ids = torch.randint(0, SMALL["vocab_size"], (6, 4), generator=torch.Generator().manual_seed(2))
+    seen, expected = [], []
+    hooks = [b.base_layer.mlp.register_forward_hook(lambda m, inp, out: seen.append(inp[0].shape[0]))
+             for b in hero.routed_blocks(model)]
+    with torch.no_grad(), hero.forced_routing(model, ForcedSkip(0.6)):
+        cache = model(input_ids=ids, use_cache=True).cache
+        for t in range(5):  # decode steps of 6 rows at 60 % skip: 2 or 3 FFN rows per block
+            model(input_ids=ids[:, t % 4:t % 4 + 1], cache=cache, use_cache=True)
+            expected += [4 if 1 < k < 4 else k for k in (int(r.ffn_executed.sum()) for r in hero.last_records(model)) if k]
+    for h in hooks:
+        h.remove()
+    assert 4 in expected and seen[-len(expected):] == expected
+    out = run_both_paths(model, ids, torch.ones_like(ids), 0.6, steps=5)
+    (fast, fast_tokens), (ref, ref_tokens) = out["inference"], out["reference"]
+    assert torch.equal(fast_tokens, ref_tokens)
+    # the same products, taken by another BLAS kernel: last-bit differences only
+    for a, b in zip(fast, ref):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
 def test_greedy_generation_identical_with_and_without_cache():
@@ -213,7 +313,12 @@ def test_cli_smoke_writes_valid_records(tmp_path):
     ideal = hero_rec["bench"]["prefill_ideal_speedup"]["b1_s16"]
     measured = hero_rec["bench"]["prefill_measured_speedup"]["b1_s16"]
     assert hero_rec["bench"]["prefill_measured_over_ideal"]["b1_s16"] == pytest.approx(measured / ideal)
+    for phase, key in (("prefill", "b1_s16"), ("decode", "b1_p4")):  # held to the lower of the two ideals
+        flop, by = (hero_rec["bench"][f"{phase}_{kind}_ideal_speedup"][key] for kind in ("flop", "bytes"))
+        assert hero_rec["bench"][f"{phase}_ideal_speedup"][key] == min(flop, by)
     assert records["dense"]["config_hash"] != hero_rec["config_hash"]
     full = json.loads((out / "bench.json").read_text())
     assert set(full["results"]["prefill"]) == {"b1_s16", "b2_s16"}
+    decode = full["results"]["decode"]["b1_p4"]
+    assert decode["ideal_kind"] in ("flops", "bytes") and 0 <= decode["bytes"]["ffn_blocks"] <= 2
     assert "hero.bench:" in proc.stdout and "measured/ideal" in proc.stdout

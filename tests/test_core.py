@@ -173,6 +173,34 @@ def test_only_the_chosen_branch_runs(routed):
         assert seen.get((record.layer, "adapter"), 0) == record.ffn_executed.numel() - n_ffn
 
 
+@pytest.mark.parametrize("policy", ["gate", "all_ffn", "no_ffn"])
+def test_inference_path_runs_each_branch_on_its_rows_only(routed, policy):
+    """Without autograd: the FFN sees the executed rows (2–3 of ≥ 4 padded to 4), the adapter the others,
+    and a branch that no row takes is not called; h_out is eq 3 row by row."""
+    from hero.model.block import GEMM_MIN_ROWS
+
+    seen = {}
+    hooks = [module.register_forward_hook(lambda m, inp, out, key=(block.layer, name): seen.__setitem__(key, inp[0].shape[0]))
+             for block in hero.routed_blocks(routed) for name, module in (("ffn", block.base_layer.mlp), ("adapter", block.adapter))]
+    forced = {"all_ffn": lambda j, g: torch.ones_like(g, dtype=torch.bool),
+              "no_ffn": lambda j, g: torch.zeros_like(g, dtype=torch.bool)}.get(policy)
+    ids, mask = batch_with_padding()
+    with torch.no_grad():
+        if forced is None:
+            routed(input_ids=ids, attention_mask=mask)
+        else:
+            with hero.forced_routing(routed, forced):
+                routed(input_ids=ids, attention_mask=mask)
+    for h in hooks:
+        h.remove()
+    for record in hero.last_records(routed):
+        n, n_ffn = record.ffn_executed.numel(), int(record.ffn_executed.sum())
+        assert seen.get((record.layer, "ffn"), 0) == (GEMM_MIN_ROWS if 1 < n_ffn < GEMM_MIN_ROWS <= n else n_ffn)
+        assert seen.get((record.layer, "adapter"), 0) == n - n_ffn
+    if policy == "gate":
+        assert any(0 < int(r.ffn_executed.sum()) < r.ffn_executed.numel() for r in hero.last_records(routed))
+
+
 def test_skip_loss_sums_depth_before_squaring():
     gates = [torch.tensor([[0.5, 0.9]]), torch.tensor([[0.5, 0.1]])]
     valid = torch.tensor([[True, False]])

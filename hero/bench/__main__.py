@@ -3,6 +3,7 @@
     python -m hero.bench                                   # CPU defaults (random Llama, d = 1024)
     python -m hero.bench router.ffn_skip=0.5 prefill.seq=[512]
     python -m hero.bench device=cuda shape=llama3_1_8b prefill.max_tokens=0
+    python -m hero.bench shape=smollm2_135m                # the SmolLM2-135M shape, second half routable
 
 Prints one line per shape and writes two run records (``dense`` and ``hero``, schema
 of ``hero/results.py``, figures under ``bench``) plus ``bench.json`` into ``out_dir``.
@@ -21,6 +22,8 @@ CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 SHAPES = {
     # Llama-3.1-8B: d 4096, 32 layers, FFN 14336, 32 query / 8 KV heads, 128256 tokens.
     "llama3_1_8b": dict(hidden=4096, layers=32, intermediate=14336, heads=32, kv_heads=8, vocab=128256),
+    # SmolLM2-135M, the real backbone's shape (random weights): d 576, 30 layers, FFN 1536, 9 query / 3 KV heads.
+    "smollm2_135m": dict(hidden=576, layers=30, intermediate=1536, heads=9, kv_heads=3, vocab=49152),
     "mid1024": dict(hidden=1024, layers=8, intermediate=2816, heads=16, kv_heads=8, vocab=8192),
     "mid512": dict(hidden=512, layers=8, intermediate=1376, heads=8, kv_heads=8, vocab=4096),
     "tiny": dict(hidden=64, layers=4, intermediate=160, heads=4, kv_heads=2, vocab=97),

@@ -5,9 +5,11 @@ Two records per run, so the analysis can put dense and routed on one quality–l
 (method ``hero``, variant ``forced_skip`` or ``trained``). ``bench`` holds numbers only,
 keyed ``bench.<figure>.<shape>`` (shape ``b1_s512`` for prefill, ``b1_p128`` for decode):
 
-    prefill_tokens_per_s, decode_ms_per_token, decode_tokens_per_s, peak_memory_mb
-    (both records), and in the hero record also measured_speedup, ideal_speedup,
-    measured_over_ideal (prefill_* and decode_*) and realized_ffn_skip.
+    prefill_tokens_per_s, decode_ms_per_token (ms per decode step: one new token for
+    each sequence of the batch), decode_tokens_per_s, peak_memory_mb (both records),
+    and in the hero record also measured_speedup, ideal_speedup (the lower of the FLOP
+    and bytes-moved ideals), measured_over_ideal, flop_ideal_speedup,
+    bytes_ideal_speedup (prefill_* and decode_*) and realized_ffn_skip.
 
 ``bench_meta`` says how it was measured (device, dtype, threads, repeats, memory kind).
 """
@@ -33,7 +35,8 @@ def _figures(results: dict, name: str) -> dict:
         out["peak_memory_mb"][f"decode_{key}"] = r[name]["peak_memory"].get("delta_bytes", 0) / 2**20
     if name == "routed":
         for phase in ("prefill", "decode"):
-            for figure in ("measured_speedup", "ideal_speedup", "measured_over_ideal"):
+            for figure in ("measured_speedup", "ideal_speedup", "measured_over_ideal", "flop_ideal_speedup",
+                           "bytes_ideal_speedup"):
                 out[f"{phase}_{figure}"] = {key: r[figure] for key, r in results[phase].items()}
             out[f"{phase}_realized_ffn_skip"] = {key: r["realized"]["ffn_skip"] for key, r in results[phase].items()}
             out[f"{phase}_realized_param_skip"] = {key: r["realized"]["param_rate"] for key, r in results[phase].items()}

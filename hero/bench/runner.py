@@ -5,9 +5,11 @@ interleaved (``hero.bench.timing.interleaved``). The routed model either loads a
 trained router (a directory written by ``hero.save_router``) or runs a forced
 routing policy (``ForcedSkip``) that skips the FFN for a given fraction of tokens at
 every routable block, so any backbone shape can be measured. Each figure comes
-with the realized skip of the measured tokens and the FLOP model's ideal speedup
-(``hero.bench.flops``); measured / ideal says how much of the FLOP saving the
-implementation turns into wall-clock time.
+with the realized skip of the measured tokens and two ideal speedups: the FLOP
+model's (``hero.bench.flops``, compute-bound) and the bytes-moved model's
+(``hero.bench.traffic``, memory-bound: a weight matrix is read once if any row uses
+it). Each shape is held to the lower of the two, the ideal that applies; measured /
+ideal says how much of that saving the implementation turns into wall-clock time.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 from torch import nn
 
 import hero
-from hero.bench import flops
+from hero.bench import flops, traffic
 from hero.bench.timing import interleaved, peak_memory, summary, synchronize
 from hero.model.attach import routed_blocks
 
@@ -34,7 +36,9 @@ class ForcedSkip:
     a Weyl sequence with the golden ratio φ and a per-block offset o_j: any run of n
     consecutive tokens skips n·skip ± 1 of them, also one token at a time (decode),
     and different blocks skip different tokens. Deterministic given ``seed``;
-    ``reset()`` restarts the counters.
+    ``reset()`` restarts the counters. Each call slices a per-block table of the
+    sequence (grown by doubling), so the policy costs the timed step one view, not
+    the handful of element-wise ops a trained router's ``g ≥ τ`` replaces.
     """
 
     def __init__(self, skip: float, seed: int = 0):
@@ -42,6 +46,7 @@ class ForcedSkip:
             raise ValueError(f"ffn_skip={skip!r}: must lie in [0, 1]")
         self.skip = float(skip)
         self.seed = seed
+        self.tables: dict[int, torch.Tensor] = {}
         self.reset()
 
     def reset(self) -> None:
@@ -54,18 +59,29 @@ class ForcedSkip:
         n = gate.shape[0]
         start = self.counter.get(j, 0)
         self.counter[j] = start + n
-        k = torch.arange(start, start + n, dtype=torch.float64, device=gate.device)
-        return torch.frac(self.offset(j) + k * GOLDEN) >= self.skip
+        table = self.tables.get(j)
+        if table is None or table.numel() < start + n or table.device != gate.device:
+            k = torch.arange(max(4096, 2 * (start + n)), dtype=torch.float64, device=gate.device)
+            table = self.tables[j] = torch.frac(self.offset(j) + k * GOLDEN) >= self.skip
+        return table[start:start + n]
 
 
 @dataclass
 class SkipCount:
-    """Realized routing of the measured tokens: skipped (token, block) pairs per routable block."""
+    """Realized routing of the measured tokens: skipped (token, block) pairs per routable block.
+
+    Per forward pass it also counts the routable blocks in which at least one row executed
+    the FFN (``ffn_blocks``) and at least one row took the adapter (``adapter_blocks``):
+    the weights those blocks had to read (``hero.bench.traffic``).
+    """
 
     layers: list[int]
     ffn_params: int
     total_params: int
     tokens: int = 0
+    passes: int = 0
+    ffn_blocks: int = 0
+    adapter_blocks: int = 0
     skipped: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -73,9 +89,14 @@ class SkipCount:
 
     def add(self, model: nn.Module) -> None:
         records = hero.last_records(model)
-        self.tokens += records[0].ffn_executed.numel()
+        tokens = records[0].ffn_executed.numel()
+        self.tokens += tokens
+        self.passes += 1
         for i, record in enumerate(records):
-            self.skipped[i] += int((~record.ffn_executed).sum())
+            skipped = int((~record.ffn_executed).sum())
+            self.skipped[i] += skipped
+            self.ffn_blocks += skipped < tokens
+            self.adapter_blocks += skipped > 0
 
     @property
     def ffn_skip(self) -> float:
@@ -89,8 +110,10 @@ class SkipCount:
 
     def result(self) -> dict:
         n = max(1, self.tokens)
+        passes = max(1, self.passes)
         return {"param_rate": self.param_rate, "ffn_skip": self.ffn_skip, "tokens": self.tokens,
-                "per_layer_ffn_rate": {str(layer): 1.0 - s / n for layer, s in zip(self.layers, self.skipped)}}
+                "per_layer_ffn_rate": {str(layer): 1.0 - s / n for layer, s in zip(self.layers, self.skipped)},
+                "ffn_blocks_per_pass": self.ffn_blocks / passes, "adapter_blocks_per_pass": self.adapter_blocks / passes}
 
 
 def random_llama(hidden: int, layers: int, intermediate: int, heads: int, kv_heads: int, vocab: int, seed: int = 0,
@@ -154,6 +177,11 @@ class Bench:
 
         self.ffn_params = sum(p.numel() for p in blocks[0].base_layer.mlp.parameters())
         self.total_params = total_param_count(routed)
+        self.router_params = sum(p.numel() for p in routed.hero_router.parameters())
+        self.elem = next(dense.parameters()).element_size()
+        self.adapter_elem = blocks[0].adapter.W1.weight.element_size()
+        c = self.router_config
+        self.memory_dim = c.memory_dim if c.history_branch and c.memory_read else 0
 
     def counter(self) -> SkipCount:
         return SkipCount(self.layers, self.ffn_params, self.total_params)
@@ -170,6 +198,14 @@ class Bench:
         """FLOPs of one measured run, with the realized skipped pairs averaged over ``runs`` counted runs."""
         skipped = [s / runs for s in skip.skipped]
         return flops.breakdown(self.shape, self.router_config, self.adapter_dim, tokens, context, logits, skipped)
+
+    def _bytes(self, skip: SkipCount, tokens: int, kv_read: float, logits: int) -> dict:
+        """Bytes moved by one forward pass (averaged over the counted passes: ``tokens``, ``kv_read`` per pass)."""
+        passes = max(1, skip.passes)
+        return traffic.breakdown(self.shape, tokens, kv_read, logits, self.elem, num_routable=len(self.layers),
+                                 ffn_blocks=skip.ffn_blocks / passes, adapter_blocks=skip.adapter_blocks / passes,
+                                 adapter_dim=self.adapter_dim, adapter_elem=self.adapter_elem,
+                                 router_params=self.router_params, memory_dim=self.memory_dim)
 
     # -- prefill ---------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -194,7 +230,8 @@ class Bench:
                 if name == "routed":
                     skip.add(model)
         fl = self._flops(skip, 1, batch * seq, batch * flops.causal_context(seq), batch)
-        return self._figures(times, fl, skip, mem, work=batch * seq, unit="tokens")
+        by = self._bytes(skip, batch * seq, batch * seq, batch)
+        return self._figures(times, fl, by, skip, mem, work=batch * seq, unit="tokens")
 
     # -- decode ----------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -231,12 +268,13 @@ class Bench:
                     synchronize(self.device)
         context = batch * sum(prompt + t + 1 for t in range(steps))
         fl = self._flops(skip, 1, batch * steps, context, batch * steps)
-        out = self._figures(times, fl, skip, mem, work=batch * steps, unit="tokens")
+        by = self._bytes(skip, batch, context / steps, batch)  # per step: each sequence reads prompt + t + 1 positions
+        out = self._figures(times, fl, by, skip, mem, work=batch * steps, unit="tokens")
         for name in ("dense", "routed"):
             out[name]["ms_per_token"] = out[name]["median_s"] / steps * 1e3
         return out
 
-    def _figures(self, times: dict, fl: dict, skip: SkipCount, mem: dict, work: int, unit: str) -> dict:
+    def _figures(self, times: dict, fl: dict, by: dict, skip: SkipCount, mem: dict, work: int, unit: str) -> dict:
         out = {}
         for name in ("dense", "routed"):
             s = summary(times[name])
@@ -244,8 +282,13 @@ class Bench:
             s["peak_memory"] = mem.get(name, {})
             out[name] = s
         measured = out["dense"]["median_s"] / out["routed"]["median_s"]
-        out.update(measured_speedup=measured, ideal_speedup=fl["ideal_speedup"],
-                   measured_over_ideal=measured / fl["ideal_speedup"], flops=fl, realized=skip.result())
+        ideal = min(fl["ideal_speedup"], by["ideal_speedup"])
+        out.update(measured_speedup=measured, ideal_speedup=ideal, measured_over_ideal=measured / ideal,
+                   flop_ideal_speedup=fl["ideal_speedup"], bytes_ideal_speedup=by["ideal_speedup"],
+                   measured_over_flop_ideal=measured / fl["ideal_speedup"],
+                   measured_over_bytes_ideal=measured / by["ideal_speedup"],
+                   ideal_kind="flops" if fl["ideal_speedup"] <= by["ideal_speedup"] else "bytes",
+                   flops=fl, bytes=by, realized=skip.result())
         return out
 
 
@@ -281,14 +324,18 @@ def measure_all(bench: Bench, cfg, log=print) -> dict:
             r = bench.prefill(batch, seq, cfg.prefill.repeats, cfg.prefill.warmup, seed=cfg.seed)
             results["prefill"][key] = r
             log(f"prefill {key}: dense {r['dense']['tokens_per_s']:9.1f} tok/s  routed {r['routed']['tokens_per_s']:9.1f} tok/s"
-                f"  measured x{r['measured_speedup']:.3f}  ideal x{r['ideal_speedup']:.3f}  measured/ideal "
-                f"{r['measured_over_ideal']:.3f}  realized ffn skip {r['realized']['ffn_skip']:.3f}  ({time.time() - t0:.0f} s)")
+                f"  {_speedups(r)}  ({time.time() - t0:.0f} s)")
     for batch in cfg.decode.batch:
         key = f"b{batch}_p{cfg.decode.prompt}"
         t0 = time.time()
         r = bench.decode(batch, cfg.decode.prompt, cfg.decode.steps, cfg.decode.repeats, cfg.decode.warmup, seed=cfg.seed)
         results["decode"][key] = r
-        log(f"decode  {key}: dense {r['dense']['ms_per_token']:8.2f} ms/token  routed {r['routed']['ms_per_token']:8.2f} ms/token"
-            f"  measured x{r['measured_speedup']:.3f}  ideal x{r['ideal_speedup']:.3f}  measured/ideal "
-            f"{r['measured_over_ideal']:.3f}  realized ffn skip {r['realized']['ffn_skip']:.3f}  ({time.time() - t0:.0f} s)")
+        log(f"decode  {key}: dense {r['dense']['ms_per_token']:8.2f} ms/step   routed {r['routed']['ms_per_token']:8.2f} ms/step "
+            f"  {_speedups(r)}  ({time.time() - t0:.0f} s)")
     return results
+
+
+def _speedups(r: dict) -> str:
+    return (f"measured x{r['measured_speedup']:.3f}  ideal x{r['ideal_speedup']:.3f} ({r['ideal_kind']}; flops "
+            f"x{r['flop_ideal_speedup']:.3f}, bytes x{r['bytes_ideal_speedup']:.3f})  measured/ideal "
+            f"{r['measured_over_ideal']:.3f}  realized ffn skip {r['realized']['ffn_skip']:.3f}")

@@ -122,8 +122,7 @@ class RoutedDecoderLayer(nn.Module):
         decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
         executed = self._executed(decision.gate)
         u = base.post_attention_layernorm(hbar_flat)
-        update = self._single_branch(u, decision.gate, executed)
-        h_out = (hbar_flat + update.to(hbar_flat.dtype)).reshape(shape)
+        h_out = single_branch(hbar_flat, u, decision.gate, executed, base.mlp, self.adapter).reshape(shape)
         extras = {"h_bar": hbar_flat, "u": u, **decision.extras} if self.context.trace else {}
         return h_out, decision, executed, new_carry, extras
 
@@ -133,49 +132,67 @@ class RoutedDecoderLayer(nn.Module):
             return override(self.j, gate).to(torch.bool)
         return gate >= self.router.config.tau
 
-    def _single_branch(self, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
-        """g·FFN(u) on rows with g ≥ τ, (1 − g)·Adapter(u) on the others (eq 3).
 
-        Only the selected rows enter each branch (index gather / scatter), so a
-        skipped token costs the adapter, not the FFN. The threshold carries no
-        gradient; the scaling by g or 1 − g carries it to the router.
-        """
-        if not torch.is_grad_enabled():
-            return self._single_branch_inference(u, gate, executed)
-        mlp = self.base_layer.mlp
-        g = gate.unsqueeze(-1)
-        n_ffn = int(executed.sum())
-        if n_ffn == u.shape[0]:
-            return (g * mlp(u)).to(u.dtype)
-        if n_ffn == 0:
-            return ((1.0 - g) * self.adapter(u)).to(u.dtype)
-        ffn_rows = executed.nonzero().squeeze(-1)
-        adapter_rows = (~executed).nonzero().squeeze(-1)
-        ffn_out = g[ffn_rows] * mlp(u.index_select(0, ffn_rows))
-        adapter_out = (1.0 - g[adapter_rows]) * self.adapter(u.index_select(0, adapter_rows))
-        update = u.new_zeros(u.shape)
-        update = update.index_copy(0, ffn_rows, ffn_out.to(u.dtype))
-        return update.index_copy(0, adapter_rows, adapter_out.to(u.dtype))
+def single_branch(hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor, ffn: nn.Module,
+                  adapter: nn.Module) -> torch.Tensor:
+    """h = h̄ + g·FFN(u) on rows with ``executed``, h̄ + (1 − g)·Adapter(u) on the others (eq 3).
 
-    def _single_branch_inference(self, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
-        """``_single_branch`` without autograd: the same values, fewer passes and allocations.
+    Only the selected rows enter each branch (index gather / scatter), so a skipped token costs
+    the adapter, not the FFN. The threshold carries no gradient; the scaling by g or 1 − g
+    carries it to the router. Any routing method that sends each row through exactly one of two
+    row-wise modules can call this with its own ``executed`` mask.
 
-        The gate scaling is applied in place to each branch's fresh output (computed in
-        fp32 and rounded to the output dtype, as ``(g · x).to(dtype)`` does), and the two
-        branches are scattered into one uninitialised buffer with in-place ``index_copy_``.
-        """
-        mlp = self.base_layer.mlp
-        g = gate.unsqueeze(-1)
-        n_ffn = int(executed.sum())
-        if n_ffn == u.shape[0]:
-            return mlp(u).mul_(g).to(u.dtype)
-        if n_ffn == 0:
-            return self.adapter(u).mul_(1.0 - g).to(u.dtype)
-        ffn_rows = executed.nonzero().squeeze(-1)
-        adapter_rows = (~executed).nonzero().squeeze(-1)
-        update = torch.empty_like(u)
-        ffn_out = mlp(u.index_select(0, ffn_rows)).mul_(g.index_select(0, ffn_rows))
-        update.index_copy_(0, ffn_rows, ffn_out.to(u.dtype))
-        adapter_out = self.adapter(u.index_select(0, adapter_rows)).mul_(1.0 - g.index_select(0, adapter_rows))
-        update.index_copy_(0, adapter_rows, adapter_out.to(u.dtype))
-        return update
+    hbar, u: (N, d) flattened tokens; gate: (N,) float; executed: (N,) bool. Returns (N, d) in
+    hbar's dtype. Without autograd ``single_branch_inference`` computes the same values.
+    """
+    if not torch.is_grad_enabled():
+        return single_branch_inference(hbar, u, gate, executed, ffn, adapter)
+    g = gate.unsqueeze(-1)
+    n_ffn = int(executed.sum())
+    if n_ffn == u.shape[0]:
+        return hbar + (g * ffn(u)).to(hbar.dtype)
+    if n_ffn == 0:
+        return hbar + ((1.0 - g) * adapter(u)).to(hbar.dtype)
+    ffn_rows = executed.nonzero().squeeze(-1)
+    adapter_rows = (~executed).nonzero().squeeze(-1)
+    ffn_out = g[ffn_rows] * ffn(u.index_select(0, ffn_rows))
+    adapter_out = (1.0 - g[adapter_rows]) * adapter(u.index_select(0, adapter_rows))
+    update = u.new_zeros(u.shape)
+    update = update.index_copy(0, ffn_rows, ffn_out.to(u.dtype))
+    update = update.index_copy(0, adapter_rows, adapter_out.to(u.dtype))
+    return hbar + update.to(hbar.dtype)
+
+
+# BLAS (MKL, both its AVX-512 and AVX2 kernels) multiplies fewer than 4 rows as one matrix-vector
+# product per row, reading the weights once per row: 3 rows of the d = 1024 FFN cost more than 16.
+GEMM_MIN_ROWS = 4
+
+
+def single_branch_inference(hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor,
+                            ffn: nn.Module, adapter: nn.Module) -> torch.Tensor:
+    """``single_branch`` without autograd: the same values in one gather and one scatter.
+
+    One stable sort puts the FFN rows first and the adapter rows after them, each in ascending
+    order; u and g are gathered once in that order, each branch reads its contiguous slice, and
+    ``index_add`` scatters both branches' rows onto h̄ in one pass (one addition per element, as
+    h̄ + update). The gate scaling is applied in place to each branch's fresh output (computed in
+    fp32 and rounded to the output dtype, as ``(g · x).to(dtype)`` does). A branch that no row
+    takes is not called. When 2 or 3 of at least 4 rows take the FFN, the FFN gather is padded
+    with adapter rows up to ``GEMM_MIN_ROWS`` (their FFN outputs are dropped), so the product
+    runs the blocked kernel instead of one weight pass per row.
+    """
+    n = u.shape[0]
+    g = gate.unsqueeze(-1)
+    n_ffn = int(executed.sum())
+    if n_ffn == n:
+        return hbar + ffn(u).mul_(g).to(hbar.dtype)
+    if n_ffn == 0:
+        return hbar + adapter(u).mul_(1.0 - g).to(hbar.dtype)
+    _, order = torch.sort(executed, descending=True, stable=True)
+    rows = u.index_select(0, order)
+    g = g.index_select(0, order)
+    gemm_rows = GEMM_MIN_ROWS if 1 < n_ffn < GEMM_MIN_ROWS <= n else n_ffn
+    ffn_out = ffn(rows[:gemm_rows])[:n_ffn].mul_(g[:n_ffn])
+    adapter_out = adapter(rows[n_ffn:]).mul_(1.0 - g[n_ffn:])
+    update = torch.cat([ffn_out.to(hbar.dtype), adapter_out.to(hbar.dtype)])
+    return hbar.index_add(0, order, update)
