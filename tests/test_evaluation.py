@@ -18,7 +18,7 @@ from hero.evaluation import (LM_EVAL_VERSION, EvaluationError, RetainError, chec
 from hero.evaluation.harness import harness_model, lm_eval_version, metric_values
 from hero.model import attach, last_records
 from hero.evaluation.tiny import scored_from
-from hero.testbed import TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
+from hero.testbed import RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
 from hero.testbed.tasks import read_jsonl, score_sequences
 
 # HERO_SPEC §7, written out independently of conf/eval: (lm-eval task, few-shot, primary metric, chat template).
@@ -75,7 +75,8 @@ def test_tiny_suite_runs_through_harness_and_reproduces_testbed_scores(micro):
     eval_cfg = compose_train(["eval=tiny"]).eval
     scores, meta = evaluate_suite(model, tokenizer, eval_cfg, bed)
     _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
-    assert meta["primary_metric"] == TASK_PRIMARY_METRIC
+    assert meta["primary_metric"] == {task: TASK_PRIMARY_METRIC[task] for task in RETAIN_TASKS}
+    assert meta["diagnostic_metric"] == {t: m for t, m in TASK_PRIMARY_METRIC.items() if t not in RETAIN_TASKS}
     assert meta["lm_eval"] == LM_EVAL_VERSION and meta["fingerprint"] == suite_fingerprint(eval_cfg)
     assert meta["tasks"]["fact_recall"]["lm_eval_task"] == "hero_tiny_fact_recall"
     assert all(t["n_samples"]["effective"] > 0 for t in meta["tasks"].values())

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from hero.model import decoder_layers
-from hero.testbed import (CHANCE, RECIPE, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, TOKEN_TYPES,
-                          drop_routable_ffn, ensure_testbed, evaluate, recipe_hash, retain, token_type_batches,
-                          token_type_losses)
+from hero.testbed import (CHANCE, CHANCE_MARGIN, RECIPE, RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE,
+                          TOKEN_TYPES, drop_routable_ffn, ensure_testbed, evaluate, recipe_hash, retain,
+                          token_type_batches, token_type_losses)
 from hero.testbed.build import build_corpus, build_tokenizer_and_streams
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +58,7 @@ def test_cache_layout_and_files(tiny):
     for line in open(tb.data_dir / "sft_train.jsonl"):
         roles = [m["role"] for m in json.loads(line)["messages"]]
         assert roles == ["user", "assistant"]
-    assert set(TASK_PRIMARY_METRIC) == set(CHANCE) == set(TASKS)
+    assert set(TASK_PRIMARY_METRIC) == set(CHANCE) == set(TASKS) >= set(RETAIN_TASKS)
 
 
 def test_recipe_change_triggers_rebuild_and_same_recipe_reuses(tiny):
@@ -113,7 +113,11 @@ def test_evaluate_runs_on_tiny(tiny):
     scores = evaluate(tb.load_backbone(), tb.load_tokenizer(), tb, batch_size=8)
     for task, metric in TASK_PRIMARY_METRIC.items():
         assert 0.0 <= scores[task][metric] <= 1.0
-    assert retain(scores, scores) == pytest.approx(100.0)
+    ones = {task: {metric: 0.5} for task, metric in TASK_PRIMARY_METRIC.items()}
+    assert retain(ones, ones) == pytest.approx(100.0)
+    assert retain({**ones, RETAIN_TASKS[0]: {TASK_PRIMARY_METRIC[RETAIN_TASKS[0]]: 0.25}}, ones) == pytest.approx(
+        100.0 - 50.0 / len(RETAIN_TASKS))
+    assert retain(ones, {**ones, RETAIN_TASKS[0]: {TASK_PRIMARY_METRIC[RETAIN_TASKS[0]]: 0.0}}) is None
 
 
 # ---------------------------------------------------------------- full testbed
@@ -142,29 +146,18 @@ def test_backbone_loads_offline_and_reproduces_recorded_scores(full, dense_score
 
 
 @pytest.mark.testbed
-def test_dense_backbone_is_sensitive_enough(full, dense_scores):
-    tb = full[0]
-    assert dense_scores["fact_recall"]["acc"] >= 0.90
-    assert dense_scores["heldout_ppl"]["ppl"] <= 0.25 * tb.manifest["unigram_ppl"]
-    for task, metric in TASK_PRIMARY_METRIC.items():
-        assert dense_scores[task][metric] > CHANCE[task], task
+def test_dense_backbone_is_well_above_chance_on_every_retain_task(full, dense_scores):
+    """Held on all six audited builds (README, docs/testbed_audit): Retain can carry a ratio."""
+    for task in RETAIN_TASKS:
+        metric = TASK_PRIMARY_METRIC[task]
+        assert dense_scores[task][metric] >= CHANCE_MARGIN * CHANCE[task], task
 
 
 @pytest.mark.testbed
 def test_drop_routable_ffn_loses_ten_retain_points(full, dense_scores):
+    """Held on all six audited builds: the routable FFNs carry what the Retain tasks measure."""
     tb, model, tok = full
     with drop_routable_ffn(model, tb.manifest["routable_layers"]):
         dropped = evaluate(model, tok, tb)
     assert retain(dropped, dense_scores) <= 90.0
     assert evaluate(model, tok, tb)["heldout_ppl"]["loss"] == pytest.approx(dense_scores["heldout_ppl"]["loss"])
-
-
-@pytest.mark.testbed
-def test_token_type_losses_rise_on_computed_tokens_without_routable_ffns(full):
-    tb, model, tok = full
-    dense = token_type_losses(model, tok, tb)
-    with drop_routable_ffn(model):
-        dropped = token_type_losses(model, tok, tb)
-    assert set(dense) == set(TOKEN_TYPES)
-    assert dropped["fact_answer"] > dense["fact_answer"]
-    assert dropped["arith_answer"] > dense["arith_answer"]
