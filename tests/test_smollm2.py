@@ -184,3 +184,14 @@ def test_end_to_end_run_on_the_micro_bed(micro_bed, tmp_path):
     assert 0 < record["eval"]["heldout_ppl"]["inv_ppl"] < 1 and record["retain"]["value"] > 0
     assert set(record["skip"]["by_token_type"]) == set(TOKEN_CLASSES)
     assert record["eval_meta"]["tasks"]["answer"]["n_samples"]["effective"] == 6
+
+
+@pytest.mark.parametrize("overrides", [["model=smollm2_135m"], ["eval=smollm2"], ["data=smollm2"],
+                                       ["experiment=smollm2_cpu", "eval=tiny"], ["experiment=smollm2_cpu", "model.recipe=big"]])
+def test_smollm2_data_and_suite_only_with_its_backbone_fail_before_loading(overrides):
+    from hero.errors import ConfigError
+    from hero.pipeline import validate
+
+    with pytest.raises(ConfigError, match="smollm2"):
+        validate(compose_train(overrides))
+    validate(compose_train(["experiment=smollm2_cpu"]))

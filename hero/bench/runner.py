@@ -294,7 +294,7 @@ class Bench:
 
 def build(model_cfg, router_cfg, layers, device: torch.device, dtype: torch.dtype, seed: int = 0,
           cache_root: str | None = None, clock: str = "wall") -> Bench:
-    """The dense/routed pair from the bench config (``model.source``: random, hf or testbed)."""
+    """The dense/routed pair from the bench config (``model.source``: random, hf, testbed or smollm2)."""
     source = model_cfg.get("source", "random")
     if source == "random":
         dense = random_llama(model_cfg.hidden, model_cfg.layers, model_cfg.intermediate, model_cfg.heads,

@@ -146,7 +146,9 @@ def _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
     from hero.evaluation.tiny import task_manager, write_task_data
     from hero.testbed import TASKS
 
-    if bed is None:
+    from hero.testbed.cache import Testbed
+
+    if not isinstance(bed, Testbed):
         raise EvaluationError("eval=tiny scores the embedded testbed's tasks: use it with model=tiny")
     unknown = sorted({s.name for s in specs} - set(TASKS))
     if unknown:
