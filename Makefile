@@ -12,7 +12,7 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: setup demo demo-real test bench bench-speed clean-venv slurm-install slurm-up slurm-down
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
