@@ -17,6 +17,10 @@ def format_summary(record: dict, path: str) -> str:
         f"HeRo run  {record['method']} / {record['variant']}   backbone {record['backbone']}   "
         f"layers {record['routable_layers']}   α={record['alpha']:g}   seed {record['seed']}",
     ]
+    if record.get("baseline"):
+        lines[-1] += f"   {record['knob_name']}={record['knob']:g}"
+        if record["baseline"].get("removed_layers") is not None:
+            lines.append(f"removed FFNs (lowest Block Influence)  {record['baseline']['removed_layers']}")
     if skip:
         lines.append(f"realized parameter skip  {100 * skip['param_rate']:.2f} %"
                      + (f"  (ceiling {100 * skip['max_param_rate']:.1f} %)" if "max_param_rate" in skip else ""))

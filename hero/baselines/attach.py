@@ -32,8 +32,6 @@ from hero.model.block import RoutedDecoderLayer, RoutingContext
 from hero.model.config import HeRoConfigError
 from hero.model.router import Decision
 
-EXECUTE, SKIP = 1.0, 0.0
-
 
 @dataclass(frozen=True)
 class PolicyConfig:

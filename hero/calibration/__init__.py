@@ -1,10 +1,13 @@
 """α calibration: one Optuna study per (variant, target skip, backbone, layer set).
 
+Baseline methods are calibrated the same way by their own cost knob (``knobs.py``).
+
 ``python calibrate.py ablation=full,no_history target_skip=0.2687`` finds, per variant, the
 skip-loss weight α whose realized parameter skip rate matches the target, and writes the
 calibration file that ``train.py alpha=calibrated calibration.target_skip=0.2687`` reads.
 
-    sampler.py   MonotoneSampler: bracket in log α, then secant / bisection (Optuna sampler)
+    knobs.py     what each method is calibrated by: α (HeRo), target_ratio / k / p (hero.baselines)
+    sampler.py   MonotoneSampler: bracket in log α (or the knob), then secant / bisection (Optuna sampler)
     storage.py   SQLite / RDB URL / journal file; password from the environment, masked output
     study.py     the ask/tell loop: ``parallel`` trials in flight across all studies
     trials.py    one trial = a real (optionally shortened) training run, inline / local / SLURM

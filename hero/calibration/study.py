@@ -18,7 +18,6 @@ finished record or its checkpoint through the pipeline's config-hash index.
 """
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
