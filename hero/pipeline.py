@@ -244,7 +244,9 @@ def _retain(cfg, scores, meta, baseline) -> dict | None:
         value = retain(scores, baseline["eval"], meta["primary_metric"], baseline_name=cfg.eval.baseline)
     except RetainError as err:  # e.g. a baseline at 0 on a task: the scores are still recorded
         print(f"warning: no Retain for this run: {err}", flush=True)
-        return {"value": None, "baseline": cfg.eval.baseline, "error": str(err), "baseline_source": baseline["source"]}
+        return {"value": None, "baseline": cfg.eval.baseline, "tasks": sorted(meta["primary_metric"]),
+                "metrics": dict(sorted(meta["primary_metric"].items())), "error": str(err),
+                "baseline_source": baseline["source"]}
     value["baseline_source"] = baseline["source"]
     return value
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from analysis.report import main as report
-from conftest import compose_train
+from conftest import MICRO_RETAIN, compose_train
 from hero.pipeline import run
 
 
@@ -16,7 +16,7 @@ def real_records(micro_cache, tmp_path_factory):
     root = tmp_path_factory.mktemp("real-runs")
     base = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={root}", "logger=none",
             "trainer.max_steps=3", "trainer.global_batch=4", "trainer.micro_batch=2", "trainer.progress=false",
-            "alpha=1e-3", "layers=all", "eval.tasks.fact_select.retain=false"]
+            "alpha=1e-3", "layers=all", MICRO_RETAIN]
     jobs = [["method=dense"], ["seed=42"], ["seed=43"], ["ablation=no_history", "seed=42"], ["ablation=no_history", "seed=43"]]
     for i, extra in enumerate(jobs):
         run(compose_train(base + extra), run_dir=root / "runs" / str(i))

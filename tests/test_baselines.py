@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import compose_train
+from conftest import MICRO_RETAIN, compose_train
 from hero.baselines import methods, random_skip, skipgpt, static_drop
 from hero.baselines.attach import attach_policy
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
@@ -329,7 +329,8 @@ def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
 
 
 def test_random_skip_with_adapters_trains_and_scores_against_dense(micro_overrides, tmp_path):
-    run(compose_train(micro_overrides + ["method=random_skip", "method.p=0.5", "eval.limit=8"]), run_dir=tmp_path / "r")
+    run(compose_train(micro_overrides + ["method=random_skip", "method.p=0.5", "eval.limit=8", MICRO_RETAIN]),
+        run_dir=tmp_path / "r")
     record = _record(tmp_path / "r")
     assert record["train"]["steps"] == 3 and record["router_params"]["trainable"] > 0
     assert record["retain"]["baseline"] == "dense" and record["retain"]["value"] > 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CONF, REPO, compose_train
+from conftest import CONF, MICRO_RETAIN, REPO, compose_train
 from hero import wandb_offline
 from hero.data import collate, load_conversations, tokenize_conversation
 from hero.errors import ConfigError
@@ -64,7 +64,7 @@ def _record(root: Path) -> dict:
 
 
 def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, tmp_path):
-    objective = run(compose_train(micro_overrides), run_dir=tmp_path / "run")
+    objective = run(compose_train(micro_overrides + [MICRO_RETAIN]), run_dir=tmp_path / "run")
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     for field in RECORD_FIELDS:
         assert field in record, field
@@ -73,7 +73,8 @@ def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, tmp_path):
     assert record["train"]["steps"] == 3
     assert 0.0 <= record["skip"]["param_rate"] <= record["skip"]["max_param_rate"] < 1.0
     assert set(record["skip"]["per_layer_ffn_rate"]) == {str(i) for i in record["routable_layers"]}
-    assert record["retain"]["baseline"] == "dense" and record["retain"]["tasks"]
+    assert record["retain"]["baseline"] == "dense" and record["retain"]["tasks"] == ["heldout_ppl"]
+    assert record["retain"]["value"] > 0 and "fact_select" in record["eval_meta"]["diagnostic_metric"]
     assert set(record["skip"]["by_token_type"]) == {"plain", "fact_answer", "fact_other", "arith_answer", "arith_operand"}
     assert (tmp_path / "run" / "router" / "hero_router.safetensors").is_file()
 
