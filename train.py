@@ -12,11 +12,12 @@ from omegaconf import DictConfig
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
     from hero.errors import ConfigError
-    from hero.pipeline import run
+    from hero.pipeline import discard_run_dir, run
 
     try:
         return run(cfg)
     except ConfigError as err:
+        discard_run_dir()
         print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
 

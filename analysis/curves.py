@@ -7,8 +7,12 @@ of a quality metric (Retain against a named baseline, the average score, or one
 task's score), with the seed std as error bars.
 
 Variants are compared at MATCHED skip, not at matched α: each curve gets a monotone
-fit (quality non-increasing in skip: weighted pool-adjacent-violators on the seed
-means, weights = seeds) that is interpolated linearly between its points. A curve
+fit (quality non-increasing in skip: pool-adjacent-violators) that is interpolated
+linearly between its points. The fit runs over every run of the curve (each seed at
+its own realized skip) when the runs are given, else over the seed means (weights =
+seeds): seeds of one α scatter in skip (±1–2 pp on the testbed at a calibrated α), so
+even a variant run at a single α is compared at a matched skip level inside its seeds'
+range, by interpolation along its own curve. A curve
 is only evaluated inside its own skip range — never extrapolated. The area between
 a curve and the reference curve is the integral of (curve − reference) over their
 common skip interval (exact for the piecewise-linear fits); ``mean_gap`` is that
@@ -37,6 +41,8 @@ class Curve:
     skip: np.ndarray
     quality: np.ndarray
     weight: np.ndarray
+    run_skip: np.ndarray | None = None
+    run_quality: np.ndarray | None = None
 
     @property
     def label(self) -> str:
@@ -45,6 +51,8 @@ class Curve:
 
     @cached_property
     def fit(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.run_skip is not None:
+            return monotone_fit(self.run_skip, self.run_quality, np.ones(len(self.run_skip)))
         return monotone_fit(self.skip, self.quality, self.weight)
 
     @property
@@ -83,13 +91,24 @@ def curve_points(runs: pl.DataFrame, metrics: list[str], level: float = 0.95) ->
     return summarize(runs, ["skip", *metrics], level=level).sort([*CURVE_KEYS, "skip.mean"], nulls_last=True)
 
 
-def curves(points: pl.DataFrame, metric: str) -> list[Curve]:
-    """The curves of ``metric`` in ``curve_points`` output (groups with a null mean are left out)."""
+def curves(points: pl.DataFrame, metric: str, runs: pl.DataFrame | None = None) -> list[Curve]:
+    """The curves of ``metric`` in ``curve_points`` output (groups with a null mean are left out).
+
+    With ``runs`` (the per-run rows ``curve_points`` summarised), each curve is fitted over its runs.
+    """
     out = []
     usable = points.filter(pl.col(f"{metric}.mean").is_not_null() & pl.col("skip.mean").is_not_null())
+    if runs is not None:
+        runs = runs.with_columns((pl.col("skip.param_rate") * 100.0).alias("_skip")).filter(
+            pl.col(metric).is_not_null() & pl.col("_skip").is_not_null())
     for key, part in usable.group_by(list(CURVE_KEYS), maintain_order=True):
+        run_skip = run_quality = None
+        if runs is not None:
+            mine = runs.filter(*(pl.col(k).is_null() if v is None else pl.col(k) == v
+                                 for k, v in zip(CURVE_KEYS, key)))
+            run_skip, run_quality = mine["_skip"].to_numpy(), mine[metric].to_numpy()
         out.append(Curve(dict(zip(CURVE_KEYS, key)), metric, part["skip.mean"].to_numpy(),
-                         part[f"{metric}.mean"].to_numpy(), part["n"].to_numpy().astype(float)))
+                         part[f"{metric}.mean"].to_numpy(), part["n"].to_numpy().astype(float), run_skip, run_quality))
     return out
 
 
@@ -113,15 +132,15 @@ def matched_skip(all_curves: list[Curve], references: dict[str, Curve],
                  levels: list[float] | None = None) -> pl.DataFrame:
     """Each interpolable curve vs its backbone's reference at matched skip levels (%).
 
-    ``levels`` defaults to the reference curve's own points. Rows outside a curve's
-    range have null quality and ``in_range`` false.
+    ``levels`` defaults to the reference curve's own points (its seed-mean skip rates). Rows outside a
+    curve's range have null quality and ``in_range`` false.
     """
     rows = []
     for c in all_curves:
         ref = references.get(c.key["backbone"])
         if ref is None or c is ref or not c.interpolable or not ref.interpolable:
             continue
-        at = np.asarray(levels if levels is not None else ref.fit[0], dtype=float)
+        at = np.asarray(levels if levels is not None else np.unique(ref.skip), dtype=float)
         q, qr = c.at(at), ref.at(at)
         for s, v, vr in zip(at, q, qr):
             ok = not (np.isnan(v) or np.isnan(vr))

@@ -20,10 +20,13 @@ metric and a single metric uses that one; a diagnostic task (listed in
 ``none``, e.g. a calibration trial, has none: it counts for skip statistics only).
 
 Nothing is dropped silently: failed records (``status: failed``), run directories
-that started but wrote no record (a ``.hydra/`` dir or checkpoints, no
-``results.json``), unreadable or invalid records, and duplicate copies of the same
+that started but wrote no record (a ``.hydra/`` dir, no ``results.json``; a run
+refused by validation removes its directory, see ``hero.pipeline``), unreadable or invalid records, and duplicate copies of the same
 run (same ``config_hash``, e.g. a cluster copy next to the local one) are listed in
-``Runs.problems`` with the reason.
+``Runs.problems`` with the reason. The dense baseline records the pipeline writes under
+``<outputs>/baselines/`` (``origin: baseline_cache``) load like any run; one whose
+``baseline_key`` (backbone weights × suite) a real ``method=dense`` run also carries is
+left out with a note, so the same evaluation is not counted twice.
 """
 from __future__ import annotations
 
@@ -73,11 +76,13 @@ class Runs:
 
 
 def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
-    """Walk ``paths`` (directories or ``results.json`` files); return (record files, incomplete run dirs + reason).
+    """Walk ``paths`` (directories or ``results.json`` files) to any depth; return (record files, incomplete run dirs
+    + reason).
 
-    A directory holding a ``results.json`` is a finished run; one holding ``.hydra/``, ``checkpoints/`` or a
-    checkpoint file but no record is an incomplete run. Neither is searched further (what lies below is the
-    run's own output, e.g. router weights).
+    A directory holding a ``results.json`` is a finished run; one holding ``.hydra/`` but no record is an
+    incomplete run (the reason names checkpoints found beside it). Neither is searched further (what lies below is
+    the run's own output, e.g. router weights). A ``checkpoints/`` directory is never a run and is not searched:
+    the pipeline keeps checkpoints under ``<outputs>/checkpoints/<config_hash>/``, next to the run directories.
     """
     records, incomplete = [], []
     for p in map(Path, paths):
@@ -89,13 +94,15 @@ def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
         stack = [str(p)]
         while stack:
             d = stack.pop()
-            record, signs, subdirs = None, [], []
+            record, hydra, signs, subdirs = None, False, [], []
             with os.scandir(d) as it:
                 for e in it:
                     if e.name == RESULTS_FILENAME:
                         record = e.path
                     elif e.is_dir(follow_symlinks=False):
-                        if e.name in (".hydra", "checkpoints"):
+                        if e.name == ".hydra":
+                            hydra = True
+                        elif e.name == "checkpoints":
                             signs.append(e.name + "/")
                         elif e.name not in PRUNED_DIRS:
                             subdirs.append(e.path)
@@ -104,8 +111,8 @@ def find_runs(paths) -> tuple[list[str], list[tuple[str, str]]]:
             if record is not None:
                 records.append(record)
                 continue
-            if signs:
-                incomplete.append((d, _incomplete_reason(Path(d), sorted(signs))))
+            if hydra:
+                incomplete.append((d, _incomplete_reason(Path(d), [".hydra/", *sorted(signs)])))
                 continue
             stack.extend(subdirs)
     return sorted(records), sorted(incomplete)
@@ -142,8 +149,9 @@ def load_runs(paths) -> Runs:
     tasks, notes = {}, []
     if frame.height:
         frame, tasks, notes = _score(frame, metrics)
-        frame, listed = _triage(frame)
+        frame, listed, superseded = _triage(frame)
         problems += listed
+        notes += superseded
     else:
         frame = pl.DataFrame(schema={"path": pl.String})
     frame = _ensure_keys(frame)
@@ -266,7 +274,7 @@ def _flatten(df: pl.DataFrame) -> pl.DataFrame:
                              for c, t in structs.items() for f in t.fields).drop(list(structs))
 
 
-def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
+def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], list[str]]:
     """Split off failed, invalid and duplicate records (as problem rows); return the completed ones."""
     df = _ensure_keys(df)
     status = pl.col("status").fill_null("completed") if "status" in df.columns else pl.lit("completed")
@@ -289,7 +297,23 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
         problems += [_problem(r["path"], "duplicate", f"same config_hash {r['config_hash']} as {r['first']}", r)
                      for r in dup.iter_rows(named=True)]
         good = good.filter(~pl.col("path").is_in(dup["path"].implode()))
-    return good.drop("_status", "_error", "_missing"), problems
+    good, notes = _supersede_baseline_records(good)
+    return good.drop("_status", "_error", "_missing"), problems, notes
+
+
+def _supersede_baseline_records(good: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Drop the pipeline's dense baseline records (``origin: baseline_cache``) whose ``baseline_key`` a real
+    ``method=dense`` run also has: the same backbone × suite evaluated, kept once (a note says which)."""
+    if "origin" not in good.columns or "baseline_key" not in good.columns:
+        return good, []
+    auto = pl.col("origin") == "baseline_cache"
+    real = good.filter(~auto.fill_null(False) & pl.col("baseline_key").is_not_null())
+    superseded = good.filter(auto.fill_null(False) & pl.col("baseline_key").is_in(real["baseline_key"].implode()))
+    if superseded.height == 0:
+        return good, []
+    notes = [f"dense baseline record {r['path']} not used: a method=dense run evaluates the same backbone × suite "
+             f"({r['baseline_key']})" for r in superseded.iter_rows(named=True)]
+    return good.filter(~pl.col("path").is_in(superseded["path"].implode())), notes
 
 
 def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:

@@ -26,10 +26,12 @@ DPI = 120
 EDGES, COUNTS = "skip.per_token.histogram.edges", "skip.per_token.histogram.counts"
 
 
-def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path) -> Path | None:
+def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path,
+                 runs: pl.DataFrame | None = None) -> Path | None:
     """One panel per (backbone, metric): seed-mean quality vs skip with seed-std error bars and the monotone fit.
 
-    ``metrics`` maps a column of ``curve_points`` to its axis label.
+    ``metrics`` maps a column of ``curve_points`` to its axis label; with ``runs`` the fit is over the runs
+    (as ``analysis.curves`` compares at matched skip).
     """
     if points.height == 0:
         return None
@@ -40,7 +42,7 @@ def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path) -> P
         mine = points.filter(pl.col("backbone") == backbone)
         for j, (metric, label) in enumerate(metrics.items()):
             ax = axes[i][j]
-            for c in curves(mine, metric):
+            for c in curves(mine, metric, None if runs is None else runs.filter(pl.col("backbone") == backbone)):
                 part = mine.filter(*(pl.col(k) == c.key[k] for k in CURVE_KEYS if c.key[k] is not None))
                 bars = ax.errorbar(part["skip.mean"], part[f"{metric}.mean"], xerr=part["skip.std"].fill_null(0),
                                    yerr=part[f"{metric}.std"].fill_null(0), fmt="o", ms=4, capsize=2, label=c.label)

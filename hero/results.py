@@ -34,6 +34,10 @@ trial, benchmark — writes one record with these top-level fields:
     created         str      ISO-8601 UTC
     wandb           dict|None  run_id, mode, dir
     error           str|None   one-line reason when status == "failed"
+    baseline_key    str      dense runs and dense baseline records only: the baseline cache file's name
+                             (backbone weights x suite settings)
+    origin          str      only on the dense record the pipeline writes once per backbone x suite under
+                             <outputs>/baselines/: "baseline_cache" (hero.pipeline.write_baseline_record)
     calibration     dict     only with alpha=calibrated: target, alpha, calibrated_skip, realized_skip,
                              deviation, tolerance, within_tolerance, study, trial_steps, file
                              (hero.calibration.transfer_report)

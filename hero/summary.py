@@ -3,10 +3,12 @@ from __future__ import annotations
 
 NEXT_COMMANDS = (
     "python train.py -m ablation=no_memory_read seed=42,43,44     # an ablation over three seeds",
-    "python train.py method=dense                                  # the Retain baseline on its own",
     "python calibrate.py ablation=full,no_history target_skip=0.2  # α per variant at matched skip",
-    "python -m analysis.report outputs --out report                # tables and plots from all records",
+    "python train.py -m ablation=full,no_history seed=42,43,44 alpha=calibrated calibration.target_skip=0.2"
+    "  # the matched sweep",
+    "python -m analysis.report outputs --out report                # tables, curves and plots from every record",
 )
+"""Printed after every run, in the order a new user takes them; ``tests/test_newcomer.py`` runs them as printed."""
 
 
 def format_summary(record: dict, path: str) -> str:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from analysis.load import load_runs
 from analysis.report import main as report
 from conftest import MICRO_RETAIN, compose_train
 from hero.pipeline import run
@@ -37,3 +38,19 @@ def test_report_on_real_records_names_baselines_and_reads_real_scores(real_recor
     records = [json.loads(p.read_text()) for p in (real_records / "runs").rglob("results.json")]
     assert {r["variant"] for r in records} == {"dense", "full", "no_history"}
     assert all(r["eval"] for r in records)
+
+
+def test_every_evaluated_run_writes_the_dense_record_once_and_a_dense_run_supersedes_it(real_records):
+    written = list((real_records / "baselines").glob("*/results.json"))
+    assert len(written) == 1  # one backbone x suite
+    record = json.loads(written[0].read_text())
+    dense_run = next(json.loads(p.read_text()) for p in (real_records / "runs").rglob("results.json")
+                     if json.loads(p.read_text())["method"] == "dense")
+    assert record["origin"] == "baseline_cache" and record["baseline_key"] == dense_run["baseline_key"]
+    assert record["eval"] == dense_run["eval"] and record["skip"]["param_rate"] == 0.0
+    alone = load_runs([real_records / "baselines"]).records.collect()
+    assert alone["method"].to_list() == ["dense"] and alone["scored"].to_list() == [True]
+    runs = load_runs([real_records])
+    frame = runs.records.collect()
+    assert frame.filter(frame["method"] == "dense").height == 1 and runs.problems.height == 0
+    assert any("not used: a method=dense run evaluates the same backbone" in n for n in runs.notes)

@@ -172,7 +172,33 @@ def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, 
     assert proc.stderr.strip().splitlines()[-1] == f"error: {proc.stderr.strip().splitlines()[-1][7:]}"
     assert message in proc.stderr
     assert not list(tmp_path.rglob("results.json"))
+    assert not list(tmp_path.rglob(".hydra")), "a refused run leaves a run directory analysis would count"
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("model_path, message", [
+    ("no-such-org/no-such-model", "model=llama3_1_8b: cannot load 'no-such-org/no-such-model' ("),
+    ("/no/such/llama", "model.path='/no/such/llama': no such directory"),
+])
+def test_unreachable_hub_model_is_one_line_naming_the_fix(tmp_path, model_path, message):
+    proc = _train_cli(["model=llama3_1_8b", f"paths.root={tmp_path}", "logger=none"], tmp_path,
+                      {"HF_HUB_OFFLINE": "1", "HERO_LLAMA3_1_8B": model_path})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {message}") and "Traceback" not in proc.stderr
+    if model_path.startswith("no-such"):
+        assert last.endswith("model.path=/local/copy or export HERO_LLAMA3_1_8B=/local/copy")
+    assert not list(tmp_path.rglob(".hydra"))
+
+
+def test_relaunch_of_a_finished_config_leaves_no_second_run_directory(micro_cache, tmp_path):
+    args = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "logger=none", "eval=none",
+            "trainer.max_steps=1", "trainer.global_batch=2", "trainer.micro_batch=2", "trainer.progress=false"]
+    for _ in range(2):
+        proc = _train_cli(args, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "skipping: a completed run" in proc.stdout
+    assert len(list(tmp_path.rglob(".hydra"))) == 1 and len(list(tmp_path.rglob("results.json"))) == 1
 
 
 def test_unknown_group_option_fails_before_loading(tmp_path):

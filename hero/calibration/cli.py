@@ -93,14 +93,20 @@ def calibrate(configs: list[DictConfig]) -> int:
 
 
 def summary(outcomes, tolerance: float) -> str:
-    """A table: variant, target, α (or the baseline's knob), realized skip, deviation, trials, status."""
-    lines = [f"{'variant':<20} {'target':>7} {'alpha/knob':>14} {'skip':>7} {'dev pp':>7} {'trials':>6}  status"]
+    """A table: variant, target, α (or the baseline's knob), the seed it was calibrated at, realized skip,
+    deviation, trials, status.
+
+    The α holds at that seed; other seeds land beside the target (the matched sweep's records and
+    ``analysis.report``'s ``calibration.md`` show by how much).
+    """
+    lines = [f"{'variant':<20} {'target':>7} {'alpha/knob':>14} {'seed':>5} {'skip':>7} {'dev pp':>7} {'trials':>6}  status"]
     for o in outcomes:
         prefix = "" if o.plan.knob.name == "alpha" else f"{o.plan.knob.name}="
         alpha = f"{prefix}{o.alpha:.4g}" if o.alpha is not None else "-"
         skip = f"{o.skip:.4f}" if o.skip is not None else "-"
         dev = f"{100 * (o.skip - o.plan.target):+.2f}" if o.skip is not None else "-"
         status = "ok" if not o.error else "FAILED"
-        lines.append(f"{o.plan.variant:<20} {o.plan.target:>7.4f} {alpha:>14} {skip:>7} {dev:>7} {o.trials:>6}  {status}"
+        lines.append(f"{o.plan.variant:<20} {o.plan.target:>7.4f} {alpha:>14} {o.plan.cfg.seed:>5} {skip:>7} {dev:>7} "
+                     f"{o.trials:>6}  {status}"
                      f" (±{100 * tolerance:.2f} pp, {o.plan.steps}-step trials)")
     return "\n".join(lines)
