@@ -95,12 +95,12 @@ class Policy(nn.Module):
 class BaselineDecoderLayer(RoutedDecoderLayer):
     """``RoutedDecoderLayer`` for a baseline policy; differs only for a dense straight-through policy in training."""
 
-    def _single_branch(self, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+    def _branches(self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
         if self.router.dense_straight_through and torch.is_grad_enabled() and self.training:
             # SkipGPT's ST estimator: out = g·FFN(u) for every token, g ∈ {0, 1} in value, so skipped
             # tokens add 0 but their gate still receives ∂L/∂g = ⟨∂L/∂h, FFN(u)⟩.
-            return (gate.unsqueeze(-1) * self.base_layer.mlp(u)).to(u.dtype)
-        return super()._single_branch(u, gate, executed)
+            return hbar + (gate.unsqueeze(-1) * self.base_layer.mlp(u)).to(hbar.dtype)
+        return super()._branches(hbar, u, gate, executed)
 
 
 def attach_policy(model: nn.Module, layers: str | Sequence[int], method: str, options: dict, factory,

@@ -122,9 +122,13 @@ class RoutedDecoderLayer(nn.Module):
         decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
         executed = self._executed(decision.gate)
         u = base.post_attention_layernorm(hbar_flat)
-        h_out = single_branch(hbar_flat, u, decision.gate, executed, base.mlp, self.adapter).reshape(shape)
+        h_out = self._branches(hbar_flat, u, decision.gate, executed).reshape(shape)
         extras = {"h_bar": hbar_flat, "u": u, **decision.extras} if self.context.trace else {}
         return h_out, decision, executed, new_carry, extras
+
+    def _branches(self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training."""
+        return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self.adapter)
 
     def _executed(self, gate: torch.Tensor) -> torch.Tensor:
         override = self.context.override
