@@ -61,7 +61,7 @@ def test_printed_next_commands_work_as_printed_and_the_report_covers_every_run(m
     assert frame.filter(frame["method"] == "dense")["path"].str.contains("/baselines/").all()
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["main_setting"]["alpha"] == 3e-3 and summary["main_setting"]["layer_set"] == "all"
+    assert summary["main_setting"]["alpha"] == pytest.approx(3e-3) and summary["main_setting"]["layer_set"] == "all"
     for stem in ("table1_main", "table2_alpha_sweep", "table3_ablations", "table4_memory_dim"):
         assert "skipped" not in summary["tables"][stem], (stem, summary["tables"][stem])
         assert (out / f"{stem}.md").is_file()
