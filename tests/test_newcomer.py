@@ -15,6 +15,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from analysis.load import load_runs
 from conftest import REPO
 
