@@ -42,6 +42,8 @@ RESULTS_FILENAME = "results.json"
 KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set")
 """The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds)."""
 REQUIRED = ("backbone", "method", "variant", "seed")
+ALPHA_DIGITS = 9
+"""α is grouped at this many significant digits (float noise of a calibrated α does not make a group)."""
 DROPPED_FIELDS = ("config",)
 KEPT_CONFIG_FIELDS = (("router", "checkpoint"),)
 """Kept from the dropped config as ``config.<a>.<b>`` columns (the router a benchmark record measured)."""
@@ -313,8 +315,10 @@ def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:
     casts = {"alpha": pl.Float64, "memory_dim": pl.Int64, "seed": pl.Int64, "skip.param_rate": pl.Float64}
     missing = [c for c in (*KEYS, "seed", "skip.param_rate") if c not in df.columns]
     df = df.with_columns(pl.lit(None, dtype=casts.get(c, pl.String)).alias(c) for c in missing)
-    return df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
-                           *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))
+    df = df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
+                         *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))
+    # α found by search (10 ** log10 α, e.g. 0.0030000000000000005) groups with the same α typed by hand
+    return df.with_columns(pl.col("alpha").round_sig_figs(ALPHA_DIGITS))
 
 
 def layer_values(runs: pl.DataFrame, name: str) -> pl.DataFrame:
