@@ -46,6 +46,8 @@ KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set", "kn
 ``knob`` is a baseline method's cost knob (``knob_name`` says which: SkipGPT-RT's target ratio,
 static_drop's k, random_skip's p; ``hero.baselines``); null for HeRo, dense and LoRA."""
 REQUIRED = ("backbone", "method", "variant", "seed")
+ALPHA_DIGITS = 9
+"""α is grouped at this many significant digits (float noise of a calibrated α does not make a group)."""
 DROPPED_FIELDS = ("config",)
 KEPT_CONFIG_FIELDS = (("router", "checkpoint"),)
 """Kept from the dropped config as ``config.<a>.<b>`` columns (the router a benchmark record measured)."""
@@ -321,8 +323,10 @@ def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:
              "knob": pl.Float64}
     missing = [c for c in (*KEYS, "seed", "skip.param_rate") if c not in df.columns]
     df = df.with_columns(pl.lit(None, dtype=casts.get(c, pl.String)).alias(c) for c in missing)
-    return df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
-                           *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))
+    df = df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
+                         *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))
+    # α found by search (10 ** log10 α, e.g. 0.0030000000000000005) groups with the same α typed by hand
+    return df.with_columns(pl.col("alpha").round_sig_figs(ALPHA_DIGITS))
 
 
 def layer_values(runs: pl.DataFrame, name: str) -> pl.DataFrame:

@@ -20,8 +20,8 @@ import pytest
 from analysis.load import load_runs
 from conftest import REPO
 
-MICRO = ["model.recipe=micro", "layers=all", "trainer.max_steps=10", "trainer.global_batch=8",
-         "trainer.micro_batch=8", "trainer.lr=1e-3", "trainer.progress=false", "logger=none"]
+MICRO = ["model.recipe=micro", "layers=all", "trainer.max_steps=40", "trainer.global_batch=8",
+         "trainer.micro_batch=8", "trainer.lr=1e-3", "trainer.num_threads=1", "trainer.progress=false", "logger=none"]
 CALIBRATE = ["calibration.tolerance=0.2"]
 
 
