@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from analysis.load import load_runs
-from conftest import REPO
+from conftest import MICRO_RETAIN, REPO
 
 MICRO = ["model.recipe=micro", "layers=all", "trainer.max_steps=40", "trainer.global_batch=8",
          "trainer.micro_batch=8", "trainer.lr=1e-3", "trainer.num_threads=1", "trainer.progress=false", "logger=none"]
@@ -30,7 +30,8 @@ def _run(command: str, cwd, env) -> subprocess.CompletedProcess:
     assert argv[0] == "python", command
     argv[0] = sys.executable
     if argv[1].endswith(".py"):
-        argv = [argv[0], str(REPO / argv[1]), *argv[2:], *MICRO, *(CALIBRATE if argv[1] == "calibrate.py" else [])]
+        extra = CALIBRATE if argv[1] == "calibrate.py" else [MICRO_RETAIN]
+        argv = [argv[0], str(REPO / argv[1]), *argv[2:], *MICRO, *extra]
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
 
 
