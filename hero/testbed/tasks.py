@@ -9,9 +9,10 @@ must set ``target_delimiter: ""``. No BOS is prepended (lm-eval's HF default).
 task           fields                                            lm-eval form
 =============  ================================================  =========================
 fact_recall    query, choices (4 values), gold (int),            multiple_choice, metric acc
-fact_select    query, choices (16 values), gold (int), ...       multiple_choice, metric acc
-arith_units    query ("23+45=6"), choices (10 digits), gold      multiple_choice, metric acc
                entity, attribute
+fact_select    query, choices (16 values), gold (int),           multiple_choice, metric acc
+               entity, attribute
+arith_units    query ("23+45=6"), choices (10 digits), gold, a, b multiple_choice, metric acc
 fact_answer    context, target, entity, attribute                loglikelihood, metrics acc,
                                                                  perplexity
 arithmetic     context ("23+45="), target ("68"), a, b           loglikelihood, metrics acc,
