@@ -93,8 +93,11 @@ def run_build(isa: str, recipe_seed: int, cache_root: Path, outputs: Path, hero_
         run(cfg, run_dir=root / name)
 
 
-def _retain(scores: dict, baseline: dict, primary: dict[str, str]) -> tuple[float, dict[str, float]]:
-    per_task = {t: 100.0 * scores[t][m] / baseline[t][m] for t, m in primary.items()}
+def _retain(scores: dict, baseline: dict, primary: dict[str, str]) -> tuple[float | None, dict[str, float | None]]:
+    """Retain and its per-task ratios; None where the baseline scores 0 (no ratio, as in hero.evaluation.retain)."""
+    per_task = {t: 100.0 * scores[t][m] / baseline[t][m] if baseline[t][m] else None for t, m in primary.items()}
+    if None in per_task.values():
+        return None, per_task
     return sum(per_task.values()) / len(per_task), per_task
 
 
@@ -106,10 +109,11 @@ def summarize_build(root: Path, hero_seeds) -> dict:
     primary = {t: TASK_PRIMARY_METRIC[t] for t in RETAIN_TASKS}
     base = dense["eval"]
     retain = {name: _retain(r["eval"], base, primary) for name, r in records.items() if name != "dense"}
-    hero = [retain[f"hero_s{s}"][0] for s in hero_seeds if f"hero_s{s}" in retain]
+    hero = [retain[f"hero_s{s}"][0] for s in hero_seeds if f"hero_s{s}" in retain and retain[f"hero_s{s}"][0] is not None]
     types = _manifest(dense)["token_type_losses"]
-    drop_loss = 100.0 - retain["drop_routable_ffn"][0] if "drop_routable_ffn" in retain else None
-    no_skip = [retain[n][0] for n in ("lora", "hero_alpha0") if n in retain]
+    drop = retain.get("drop_routable_ffn", (None,))[0]
+    drop_loss = 100.0 - drop if drop is not None else None
+    no_skip = [retain[n][0] for n in ("lora", "hero_alpha0") if n in retain and retain[n][0] is not None]
     out = {
         "dense": {t: base[t][m] for t, m in primary.items()},
         "chance": {t: CHANCE[t] for t in primary},
@@ -166,7 +170,7 @@ def table(builds: dict[str, dict]) -> str:
         skips = [100 * v for k, v in b["skip"].items() if k.startswith("hero_s")]
         row = [name, *(f"{b['dense'][t]:.3g} ({b['chance'][t]:.2g})" for t in tasks),
                _fmt(b["retain"].get("drop_routable_ffn")), _fmt(b["retain"].get("lora")),
-               _fmt(b["retain"].get("hero_alpha0")), " / ".join(f"{v:.1f}" for v in hero) or "–",
+               _fmt(b["retain"].get("hero_alpha0")), " / ".join(_fmt(v) for v in hero) or "–",
                f"{_fmt(b['hero_mean'])} ± {_fmt(b['hero_std'])}",
                f"{min(skips):.1f}–{max(skips):.1f}" if skips else "–",
                *({True: "yes", False: "**no**", None: "–"}[b["claims"][c]] for c in claims)]
