@@ -18,7 +18,7 @@ import json
 import string
 from pathlib import Path
 
-import torch
+from hero.testbed.tokentypes import labelled_batches
 
 TOKEN_CLASSES = ("answer_first", "markup", "whitespace", "punctuation", "number", "function_word", "content_word",
                  "subword")
@@ -90,15 +90,4 @@ def typed_sequences(bed, tokenizer) -> list[tuple[list[int], list[int]]]:
 
 def token_class_batches(bed, tokenizer, batch_size: int = 16):
     """(input_ids, attention_mask, token class) batches, right-padded; class −1 marks padding."""
-    sequences = typed_sequences(bed, tokenizer)
-    for start in range(0, len(sequences), batch_size):
-        chunk = sequences[start: start + batch_size]
-        width = max(len(ids) for ids, _ in chunk)
-        input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        types = torch.full((len(chunk), width), -1, dtype=torch.long)
-        for row, (ids, classes) in enumerate(chunk):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            mask[row, : len(ids)] = 1
-            types[row, : len(ids)] = torch.tensor(classes)
-        yield input_ids, mask, types
+    return labelled_batches(typed_sequences(bed, tokenizer), tokenizer.pad_token_id, batch_size)

@@ -62,11 +62,17 @@ def token_type_batches(testbed, tokenizer, batch_size: int = 16
                        ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Yield (input_ids, attention_mask, token_type) LongTensors; token_type is -1 on padding."""
     records = read_jsonl(Path(testbed.data_dir) / "token_types.jsonl")
-    labelled = [label_tokens(tokenizer, r["segments"]) for r in records]
+    yield from labelled_batches([label_tokens(tokenizer, r["segments"]) for r in records], tokenizer.pad_token_id,
+                                batch_size)
+
+
+def labelled_batches(labelled: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int
+                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(token ids, label per token) sequences as right-padded (input_ids, attention_mask, label) batches; label -1 on padding."""
     for b in range(0, len(labelled), batch_size):
         chunk = labelled[b:b + batch_size]
         width = max(len(ids) for ids, _ in chunk)
-        ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         types = torch.full((len(chunk), width), -1, dtype=torch.long)
         for r, (seq, typ) in enumerate(chunk):
