@@ -27,7 +27,7 @@ from hero import backbones
 from hero import baselines
 from hero.errors import ConfigError
 from hero.data import SFTDataset, collate, load_conversations, tokenize_conversation
-from hero.data.sft import check_path
+from hero.data.sft import check_data
 from hero.evaluation import check_config as check_eval_config
 from hero.evaluation import RetainError, evaluate_suite, retain, routing_statistics, suite_fingerprint
 from hero.evaluation.routing import wandb_gate_histograms
@@ -70,7 +70,7 @@ def validate(cfg: DictConfig) -> None:
         raise PipelineConfigError(f"layers.indices={cfg.layers.indices!r}: layers=explicit needs a list such as [4,5,6,7]")
     backbones.check(cfg.model)
     _check_bed_pairing(cfg)
-    check_path(cfg.data)
+    check_data(cfg.data)
     if not isinstance(cfg.data.max_length, int) or cfg.data.max_length < 2:
         raise PipelineConfigError(f"data.max_length={cfg.data.max_length!r}: must be an integer ≥ 2")
     check_trainer_config(cfg.trainer)

@@ -13,17 +13,17 @@ against (``hero.smollm2.data``, ``hero.smollm2.tasks``).
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from hero.data import sampled
+from hero.once import built_once
 from hero.smollm2 import data as sft
 from hero.smollm2 import knowledge, prompts, tasks
 from hero.smollm2.convert import convert, file_sha256, gguf_path
@@ -69,7 +69,7 @@ class SmolLM2Bed:
 
 def data_hash(recipe: DataRecipe) -> str:
     digest = hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode())
-    for module in (prompts, knowledge, sft, tasks):
+    for module in (prompts, knowledge, sft, sampled, tasks):
         digest.update(Path(module.__file__).read_bytes())
     return digest.hexdigest()[:12]
 
@@ -78,38 +78,16 @@ def _resolve_root(cache_root) -> Path:
     return Path(cache_root or os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
 
 
-def _built_once(directory: Path, marker: str, build, label: str) -> None:
-    """Run ``build(tmp)`` and rename ``tmp`` to ``directory`` unless ``directory/marker`` exists (under a lock)."""
-    if (directory / marker).exists():
-        return
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (directory / marker).exists():
-            return
-        tmp = directory.parent / f"{directory.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        print(f"[smollm2] building {label} into {directory} (once)", flush=True)
-        t0 = time.time()
-        try:
-            build(tmp)
-            shutil.rmtree(directory, ignore_errors=True)
-            tmp.rename(directory)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print(f"[smollm2] built {label} in {time.time() - t0:.0f}s", flush=True)
-
-
 def ensure_smollm2(cache_root: str | Path | None = None, recipe: DataRecipe = RECIPE) -> SmolLM2Bed:
     """The bed (backbone converted from the wheel's GGUF file, data and tasks), built once per GGUF hash × recipe."""
     source = gguf_path()
     sha = file_sha256(source)
     root = _resolve_root(cache_root) / "smollm2" / sha[:12]
     backbone_dir = root / "backbone"
-    _built_once(backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)")
+    built_once(backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "smollm2")
     data_dir = root / "data" / data_hash(recipe)
-    _built_once(data_dir, "manifest.json", lambda tmp: build_data(backbone_dir, tmp, recipe), "training data and tasks")
+    built_once(data_dir, "manifest.json", lambda tmp: build_data(backbone_dir, tmp, recipe), "training data and tasks",
+               "smollm2")
     manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
     return SmolLM2Bed(root=root, backbone_dir=backbone_dir, data_dir=data_dir, gguf_sha256=sha, manifest=manifest)
 
@@ -124,9 +102,9 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     train_prompts = prompts.train_prompts(sft.read_plays(recipe.prompt_plays), recipe.n_passages, recipe.seed)
     train_prompts = train_prompts[: recipe.n_prompts]
     repeated = [p for p in train_prompts for _ in range(recipe.samples_per_prompt)]
-    answers = sft.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True, seed=recipe.seed,
+    answers = sampled.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True, seed=recipe.seed,
                           desc="sampling training responses")
-    rows = sft.conversations(repeated, answers)
+    rows = sampled.conversations(repeated, answers)
     n_val = max(1, int(len(train_prompts) * recipe.val_fraction))
     val_prompts = set(train_prompts[:n_val])
     tasks.write_jsonl(out / "sft_train.jsonl", [r for r in rows if r["messages"][0]["content"] not in val_prompts])
@@ -134,9 +112,9 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     t_sft = time.time() - t0
 
     eval_prompts = prompts.eval_prompts()[: recipe.n_eval_prompts]
-    eval_answers = sft.respond(model, tokenizer, eval_prompts, recipe.max_new_tokens, sample=False, seed=recipe.seed,
+    eval_answers = sampled.respond(model, tokenizer, eval_prompts, recipe.max_new_tokens, sample=False, seed=recipe.seed,
                                desc="greedy evaluation answers")
-    tasks.write_jsonl(out / "eval_chat.jsonl", sft.conversations(eval_prompts, eval_answers))
+    tasks.write_jsonl(out / "eval_chat.jsonl", sampled.conversations(eval_prompts, eval_answers))
     plays = sft.read_plays(recipe.heldout_plays)
     chunks = tasks.text_chunks(tokenizer, plays, recipe.n_ppl_chunks + recipe.n_agree_chunks, recipe.chunk_tokens,
                                recipe.seed)

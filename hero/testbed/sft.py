@@ -12,10 +12,17 @@ Training examples use the training question phrasings, training arithmetic pairs
 training plays; validation examples use other question phrasings, held-out pairs and
 the held-out plays. Each record is ``{"messages": [{"role": "user", ...},
 {"role": "assistant", ...}]}``.
+
+Those are the *written* responses (``data.responses: written``). The default training data
+(``data.responses: sampled``) keeps the prompts and replaces each response by one the
+dense backbone samples at temperature 1 (``hero.data.sampled`` says why): built once per
+testbed by ``ensure_sampled`` into ``<testbed>/data/sampled-v<SAMPLED_VERSION>/``.
 """
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES, TRAIN_TEMPLATES, arith_line
 
@@ -30,6 +37,8 @@ VAL_QUESTIONS = {
     "pet": ("Name the pet of {e}.",),
 }
 MIX = (("fact", 0.4), ("arith", 0.3), ("continue", 0.3))
+SAMPLED_VERSION = 1  # bump when the sampling below changes what it writes
+SAMPLED_MAX_NEW_TOKENS = 64  # the longest written response (two play lines) is ~40 tokens
 
 
 def play_excerpt(text: str, rng: random.Random, n_context: int = 4, n_answer: int = 2) -> tuple[str, str]:
@@ -64,3 +73,36 @@ def make_sft(n: int, entities: list[dict[str, str]], pairs: list[tuple[int, int]
             context, answer = play_excerpt(rng.choice(texts), rng)
             records.append(_message(f"Continue the play:\n{context}", answer))
     return records
+
+
+def ensure_sampled(bed) -> Path:
+    """The directory of the testbed's self-sampled SFT files (``sft_train.jsonl``, ``sft_val.jsonl``), built once.
+
+    Each split keeps the written file's prompts in order; the responses are the dense
+    backbone's samples at temperature 1, ended by the chat template's ``<|end|>`` (seeded
+    from the recipe seed, one seed per split). A prompt whose sample is empty is dropped.
+    """
+    from hero.data.sampled import conversations, respond
+    from hero.once import built_once
+
+    directory = bed.data_dir / f"sampled-v{SAMPLED_VERSION}"
+
+    def build(tmp: Path) -> None:
+        model, tokenizer = bed.load_backbone(), bed.load_tokenizer()
+        stop = [tokenizer.convert_tokens_to_ids("<|end|>"), tokenizer.eos_token_id]
+        seed = bed.manifest["recipe"]["seed"]
+        counts = {}
+        for offset, split in enumerate(("train", "val")):
+            with open(bed.data_dir / f"sft_{split}.jsonl", encoding="utf-8") as f:
+                prompts = [json.loads(line)["messages"][0]["content"] for line in f]
+            answers = respond(model, tokenizer, prompts, SAMPLED_MAX_NEW_TOKENS, sample=True, seed=seed + 10 + offset,
+                              desc=f"sampling {split} responses", stop_ids=stop)
+            rows = conversations(prompts, answers)
+            with open(tmp / f"sft_{split}.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+            counts[split] = {"prompts": len(prompts), "rows": len(rows)}
+        (tmp / "sampled.json").write_text(json.dumps({"version": SAMPLED_VERSION, "seed": seed, "counts": counts,
+                                                      "max_new_tokens": SAMPLED_MAX_NEW_TOKENS}, indent=1))
+
+    built_once(directory, "sampled.json", build, "self-sampled SFT responses", "testbed")
+    return directory

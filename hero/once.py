@@ -1,0 +1,38 @@
+"""Cache directories built once: a build goes to a temporary sibling and is renamed into place.
+
+Parallel jobs asking for the same directory serialise on an exclusive ``fcntl`` lock on
+``<directory>.lock``; the first builds it, the others wait and reuse it. A directory that
+holds its marker file is always complete, so an interrupted build leaves nothing behind
+that a later run would mistake for a result.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def built_once(directory: Path, marker: str, build: Callable[[Path], object], label: str, tag: str) -> None:
+    """Run ``build(tmp)`` and rename ``tmp`` to ``directory`` unless ``directory/marker`` exists (under a lock)."""
+    if (directory / marker).exists():
+        return
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (directory / marker).exists():
+            return
+        tmp = directory.parent / f"{directory.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        print(f"[{tag}] building {label} into {directory} (once)", flush=True)
+        t0 = time.time()
+        try:
+            build(tmp)
+            shutil.rmtree(directory, ignore_errors=True)
+            tmp.rename(directory)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print(f"[{tag}] built {label} in {time.time() - t0:.0f}s", flush=True)
