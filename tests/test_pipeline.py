@@ -163,6 +163,7 @@ def test_multirun_three_seeds_writes_three_records(micro_cache, tmp_path):
     (["data=jsonl", "data.path=/nonexistent/sft.jsonl"], "data.path='/nonexistent/sft.jsonl': no such file"),
     (["trainer.global_batch=3"], "trainer.global_batch=3 is not a multiple of trainer.micro_batch=2"),
     (["model.dtype=float8"], "model.dtype='float8': allowed values are"),
+    (["data.responses=greedy"], "data.responses='greedy': allowed values are sampled, written"),
 ])
 def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, args, message):
     base = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "logger=none",

@@ -61,6 +61,30 @@ def test_cache_layout_and_files(tiny):
     assert set(TASK_PRIMARY_METRIC) == set(CHANCE) == set(TASKS) >= set(RETAIN_TASKS)
 
 
+def test_sampled_responses_are_the_dense_backbones_samples_for_the_written_prompts(tiny):
+    from hero.data.sampled import respond
+    from hero.testbed.sft import SAMPLED_MAX_NEW_TOKENS, ensure_sampled
+
+    _, tb = tiny
+    directory = ensure_sampled(tb)
+    stamp = (directory / "sampled.json").stat().st_mtime_ns
+    assert ensure_sampled(tb) == directory and (directory / "sampled.json").stat().st_mtime_ns == stamp
+    for split, offset in (("train", 0), ("val", 1)):
+        written = [json.loads(line)["messages"] for line in open(tb.data_dir / f"sft_{split}.jsonl")]
+        sampled = [json.loads(line)["messages"] for line in open(directory / f"sft_{split}.jsonl")]
+        prompts = [m[0]["content"] for m in written]
+        assert [m[0]["content"] for m in sampled] == [p for p in prompts if p in {m[0]["content"] for m in sampled}]
+        assert len(sampled) >= 0.9 * len(written)
+        assert [m[1]["content"] for m in sampled] != [m[1]["content"] for m in written][: len(sampled)]
+    tok = tb.load_tokenizer()
+    stop = [tok.convert_tokens_to_ids("<|end|>"), tok.eos_token_id]
+    first = [json.loads(line)["messages"] for line in open(tb.data_dir / "sft_train.jsonl")][:32]
+    again = respond(tb.load_backbone(), tok, [m[0]["content"] for m in first], SAMPLED_MAX_NEW_TOKENS, sample=True,
+                    seed=TINY_RECIPE.seed + 10, stop_ids=stop)
+    rows = [json.loads(line)["messages"] for line in open(directory / "sft_train.jsonl")]
+    assert [a for a in again if a][:10] == [m[1]["content"] for m in rows][:10]
+
+
 def test_recipe_change_triggers_rebuild_and_same_recipe_reuses(tiny):
     root, tb = tiny
     stamp = (tb.root / "manifest.json").stat().st_mtime_ns
