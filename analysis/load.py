@@ -23,7 +23,8 @@ Nothing is dropped silently: failed records (``status: failed``), run directorie
 that started but wrote no record (a ``.hydra/`` dir, no ``results.json``; a run
 refused by validation removes its directory, see ``hero.pipeline``), unreadable or invalid records, and duplicate copies of the same
 run (same ``config_hash``, e.g. a cluster copy next to the local one) are listed in
-``Runs.problems`` with the reason. The dense baseline records the pipeline writes under
+``Runs.problems`` with the reason; so is a second scored run of one group and seed (configs
+that differ only outside ``KEYS``): statistics over seeds count each seed once. The dense baseline records the pipeline writes under
 ``<outputs>/baselines/`` (``origin: baseline_cache``) load like any run; one whose
 ``baseline_key`` (backbone weights × suite) a real ``method=dense`` run also carries is
 left out with a note, so the same evaluation is not counted twice.
@@ -299,6 +300,12 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], list[str]]:
         problems += [_problem(r["path"], "duplicate", f"same config_hash {r['config_hash']} as {r['first']}", r)
                      for r in dup.iter_rows(named=True)]
         good = good.filter(~pl.col("path").is_in(dup["path"].implode()))
+    same = (good.with_columns(first=pl.col("path").first().over([*KEYS, "seed", "scored"]))
+            .filter(pl.col("scored") & (pl.col("path") != pl.col("first"))))
+    problems += [_problem(r["path"], "duplicate", f"same group and seed as {r['first']} (scored twice; the configs "
+                          "differ outside the grouping keys, e.g. calibration.target_skip)", r)
+                 for r in same.iter_rows(named=True)]
+    good = good.filter(~pl.col("path").is_in(same["path"].implode()))
     good, notes = _supersede_baseline_records(good)
     return good.drop("_status", "_error", "_missing"), problems, notes
 

@@ -119,6 +119,25 @@ def test_unreadable_invalid_and_duplicate_records_are_listed(tmp_path):
     assert runs.problems.filter(pl.col("kind") == "invalid")["reason"][0] == "missing seed"
 
 
+def test_a_seed_scored_twice_in_one_group_counts_once(tmp_path):
+    """A run and a re-run that differ only outside the grouping keys (e.g. calibration.target_skip) are one seed."""
+    write_run(tmp_path / "demo", RunSpec(scores={"arc_easy": 0.5}, skip=0.2))
+    again = make_record(RunSpec(scores={"arc_easy": 0.7}, skip=0.2))
+    again["config_hash"] = "another"
+    (tmp_path / "sweep" / "0").mkdir(parents=True)
+    (tmp_path / "sweep" / "0" / "results.json").write_text(json.dumps(again))
+    trial = make_record(RunSpec(scores={}, skip=0.2, extra={"eval_meta": {"suite": "none"}}))
+    trial["config_hash"] = "a calibration trial"
+    (tmp_path / "trial" / "0").mkdir(parents=True)
+    (tmp_path / "trial" / "0" / "results.json").write_text(json.dumps(trial))
+    runs = load_runs([tmp_path])
+    frame = runs.records.collect()
+    assert frame.filter(pl.col("scored")).height == 1 and frame.height == 2
+    duplicate = runs.problems.filter(pl.col("kind") == "duplicate").row(0, named=True)
+    assert "same group and seed" in duplicate["reason"]
+    assert summarize(frame.filter(pl.col("scored")), ["score.arc_easy"])["n"].to_list() == [1]
+
+
 def test_run_without_task_scores_counts_for_skip_only(tmp_path):
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0))
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.3))
