@@ -64,6 +64,8 @@ def validate(cfg: DictConfig) -> None:
     RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True))
     if cfg.method.name in baselines.BASELINES:
         baselines.methods.check(cfg.method)
+    if cfg.method.name == "lora" and (not isinstance(cfg.method.r, int) or cfg.method.r < 1):
+        raise PipelineConfigError(f"method.r={cfg.method.r!r}: the LoRA rank must be a positive integer")
     if cfg.layers.name not in (*LAYER_SETS, "explicit"):
         raise PipelineConfigError(f"layers={cfg.layers.name!r}: allowed are {', '.join(LAYER_SETS)}, explicit")
     if cfg.layers.name == "explicit" and not OmegaConf.is_list(cfg.layers.indices):
@@ -313,7 +315,8 @@ def _store_baseline(cfg, backbone, scores, cache_root) -> dict:
 def _with_lora(model, method_cfg):
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=method_cfg.r, lora_alpha=method_cfg.lora_alpha, lora_dropout=method_cfg.dropout,
+    r = int(method_cfg.r)
+    config = LoraConfig(r=r, lora_alpha=method_cfg.lora_alpha or 2 * r, lora_dropout=method_cfg.dropout,
                         target_modules=list(method_cfg.target_modules), task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 

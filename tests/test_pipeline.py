@@ -164,6 +164,7 @@ def test_multirun_three_seeds_writes_three_records(micro_cache, tmp_path):
     (["trainer.global_batch=3"], "trainer.global_batch=3 is not a multiple of trainer.micro_batch=2"),
     (["model.dtype=float8"], "model.dtype='float8': allowed values are"),
     (["data.responses=greedy"], "data.responses='greedy': allowed values are sampled, written"),
+    (["method=lora", "method.r=0"], "method.r=0: the LoRA rank must be a positive integer"),
 ])
 def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, args, message):
     base = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "logger=none",
@@ -257,3 +258,19 @@ def test_reference_methods_run_end_to_end(micro_overrides, tmp_path, method):
     else:
         assert record["train"] is None
         assert set(record["skip"]["per_layer_ffn_rate"].values()) == {0.0} and record["skip"]["param_rate"] > 0
+
+
+@pytest.mark.parametrize("model, rank", [("tiny", 8), ("smollm2_135m", 32), ("llama3_1_8b", 128)])
+def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
+    from hero.pipeline import _with_lora
+
+    cfg = compose_train([f"model={model}", "method=lora"])
+    assert cfg.method.r == rank and cfg.method.lora_alpha is None
+    assert compose_train([f"model={model}", "method=lora", "method.r=4"]).method.r == 4
+    if model == "tiny":
+        import transformers
+
+        tiny = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        lora = _with_lora(tiny, cfg.method).base_model.model.model.layers[0].mlp.up_proj
+        assert lora.r["default"] == rank and lora.scaling["default"] == 2.0

@@ -185,3 +185,20 @@ def test_drop_routable_ffn_loses_ten_retain_points(full, dense_scores):
         dropped = evaluate(model, tok, tb)
     assert retain(dropped, dense_scores) <= 90.0
     assert evaluate(model, tok, tb)["heldout_ppl"]["loss"] == pytest.approx(dense_scores["heldout_ppl"]["loss"])
+
+
+@pytest.mark.testbed
+def test_lora_trained_without_skip_stays_within_two_retain_points_of_dense(full, tmp_path):
+    """Held on all six audited builds: on the self-sampled data, training alone does not move Retain."""
+    from hydra import compose, initialize_config_dir
+
+    from hero.pipeline import run
+
+    tb = full[0]
+    with initialize_config_dir(config_dir=os.path.join(REPO, "conf"), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["method=lora", "seed=42", f"paths.cache={tb.root.parents[1]}",
+                                                      f"paths.root={tmp_path}", "logger=none", "trainer.progress=false"])
+    run(cfg, run_dir=tmp_path / "lora")
+    record = json.loads((tmp_path / "lora" / "results.json").read_text())
+    assert record["retain"]["baseline"] == "dense" and set(record["retain"]["tasks"]) == set(RETAIN_TASKS)
+    assert abs(record["retain"]["value"] - 100.0) <= 2.0, record["retain"]

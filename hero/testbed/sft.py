@@ -80,7 +80,9 @@ def ensure_sampled(bed) -> Path:
 
     Each split keeps the written file's prompts in order; the responses are the dense
     backbone's samples at temperature 1, ended by the chat template's ``<|end|>`` (seeded
-    from the recipe seed, one seed per split). A prompt whose sample is empty is dropped.
+    from the recipe seed, one seed per split). A prompt whose sample is empty is dropped; a
+    sample that reaches ``SAMPLED_MAX_NEW_TOKENS`` is kept cut there (most play continuations:
+    the backbone rarely ends a play turn, so those responses teach ``<|end|>`` at the cut).
     """
     from hero.data.sampled import conversations, respond
     from hero.once import built_once
