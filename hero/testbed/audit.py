@@ -22,7 +22,8 @@ noise_floor         the std of HeRo's Retain over seeds is ≤ ¼ of the drop_ro
 token_types         without the routable FFNs the loss rises on play text and sum-answer tokens
 ==================  ==========================================================================
 
-The baseline is the one the pipeline uses (``eval.baseline``, dense). Retain is
+The baseline is the one the pipeline uses (``eval.baseline``, dense); ``retain_vs_lora`` in
+``audit.json`` is HeRo's Retain against the trained no-skip reference instead. Retain is
 recomputed here from the records' per-task scores on ``RETAIN_TASKS`` (the tasks
 ``conf/eval/tiny.yaml`` does not mark ``retain: false``), so a change of the Retain set
 is re-checked on the same records; ``audit.json`` keeps every task's scores.
@@ -114,12 +115,15 @@ def summarize_build(root: Path, hero_seeds) -> dict:
     drop = retain.get("drop_routable_ffn", (None,))[0]
     drop_loss = 100.0 - drop if drop is not None else None
     no_skip = [retain[n][0] for n in ("lora", "hero_alpha0") if n in retain and retain[n][0] is not None]
+    vs_lora = {name: _retain(records[name]["eval"], records["lora"]["eval"], primary)[0]
+               for name in records if name.startswith("hero_s") and "lora" in records}
     out = {
         "dense": {t: base[t][m] for t, m in primary.items()},
         "chance": {t: CHANCE[t] for t in primary},
         "retain": {name: value for name, (value, _) in retain.items()},
         "per_task": {name: per for name, (_, per) in retain.items()},
         "skip": {name: r["skip"]["param_rate"] for name, r in records.items()},
+        "retain_vs_lora": vs_lora,
         "hero_mean": statistics.mean(hero) if hero else None,
         "hero_std": statistics.stdev(hero) if len(hero) == len(hero_seeds) > 1 else None,
         "drop_loss": drop_loss,
@@ -163,7 +167,7 @@ def table(builds: dict[str, dict]) -> str:
     tasks = list(first["dense"])
     claims = list(first["claims"])
     head = ["build", *(f"dense {t} (chance)" for t in tasks), "drop Retain", "lora Retain", "α=0 Retain",
-            "HeRo Retain s42/43/44", "HeRo mean ± std", "HeRo skip %", *claims]
+            "HeRo Retain s42/43/44", "HeRo mean ± std", "HeRo skip %", "HeRo vs LoRA (mean)", *claims]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, b in builds.items():
         hero = [v for k, v in b["retain"].items() if k.startswith("hero_s")]
@@ -173,6 +177,8 @@ def table(builds: dict[str, dict]) -> str:
                _fmt(b["retain"].get("hero_alpha0")), " / ".join(_fmt(v) for v in hero) or "–",
                f"{_fmt(b['hero_mean'])} ± {_fmt(b['hero_std'])}",
                f"{min(skips):.1f}–{max(skips):.1f}" if skips else "–",
+               _fmt(statistics.mean(vs)) if (vs := [v for v in b.get("retain_vs_lora", {}).values() if v is not None])
+               else "–",
                *({True: "yes", False: "**no**", None: "–"}[b["claims"][c]] for c in claims)]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
