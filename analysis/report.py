@@ -128,7 +128,7 @@ def run_report(args: argparse.Namespace) -> dict:
     main = main_setting(frame, args)
     summary["main_setting"] = main
     alpha, dim, layer_set = main["alpha"], main["memory_dim"], main["layer_set"]
-    baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={alpha:g}",
+    baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={alpha!r}",
                  3: args.baseline_table3, 4: args.baseline_table4 or f"memory_dim={dim}"}
     wanted = {int(n) for n in args.tables.split(",")}
     built: list[Table] = []
@@ -253,7 +253,7 @@ def provider_hint(selector: str, table: int | None, main: dict) -> str:
     if overrides.get("ablation") in NOT_HERO:
         overrides["method"] = overrides.pop("ablation")
     if overrides.get("method", "hero") == "hero" and table in (2, 3, 4):
-        overrides.setdefault("alpha", f"{main['alpha']:g}")
+        overrides.setdefault("alpha", repr(main["alpha"]))
         overrides.setdefault("router.memory_dim", str(main["memory_dim"]))
         overrides.setdefault("layers", str(main["layer_set"]))
     command = " ".join(f"{k}={v}" for k, v in overrides.items())

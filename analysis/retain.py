@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from analysis.load import KEYS
+from analysis.load import ALPHA_DIGITS, KEYS
 
 MAX_LISTED = 8
 
@@ -64,7 +64,8 @@ def group_label(group: dict, with_backbone: bool = True) -> str:
 
 
 def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
+    """Floats at the precision groups are told apart by (``ALPHA_DIGITS``), so a listed α can be typed back."""
+    return f"{v:.{ALPHA_DIGITS}g}" if isinstance(v, float) else str(v)
 
 
 def parse_selector(text: str) -> dict[str, str]:

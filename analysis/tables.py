@@ -143,7 +143,7 @@ def close_to(col: str, value: float) -> pl.Expr:
 def paper_tables(main_alpha: float = 1e-3, main_memory_dim: int = 64, main_layer_set: str = "second_half",
                  baselines: dict[int, str] | None = None) -> list[TableSpec]:
     """The four table specs for a main setting; ``baselines`` overrides the default selector of a table number."""
-    sel = {1: "method=dense", 2: f"alpha={main_alpha:g}", 3: "variant=full", 4: f"memory_dim={main_memory_dim}"}
+    sel = {1: "method=dense", 2: f"alpha={main_alpha!r}", 3: "variant=full", 4: f"memory_dim={main_memory_dim}"}
     sel.update(baselines or {})
     hero, full = pl.col("method") == "hero", pl.col("variant") == "full"
     at_alpha, at_dim, at_layers = (close_to("alpha", main_alpha), pl.col("memory_dim") == main_memory_dim,

@@ -452,3 +452,16 @@ def test_outputs_root_is_searched_to_any_depth_and_a_checkpoint_directory_is_not
     (outputs / "index" / "0123456789abcdef.json").write_text('{"status": "running"}')
     runs = load_runs([outputs])
     assert runs.counts() == {"found": 2, "completed": 2}
+
+
+def test_a_calibrated_alpha_is_its_own_table2_baseline_and_can_be_typed_back(tmp_path, capsys):
+    """A searched α (many digits) selects its own runs; the listing shows it at the digits groups use."""
+    alpha = 0.0065134950079061334
+    for seed in (42, 43, 44):
+        write_run(tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.2, seed=seed, alpha=alpha))
+    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0))
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    assert "table2_alpha_sweep: 1 rows" in out and "α=0.00651349501" in out
+    runs = load_runs([tmp_path]).records.collect()
+    assert len(resolve_baselines(runs, "alpha=0.00651349501", "--baseline-table2", {"arc_easy": "acc"})) == 1

@@ -432,3 +432,19 @@ def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp
     scored = with_retain(frame, resolve_baselines(frame, "method=dense", "--curve-baseline", runs.tasks))
     found = {c.key["method"]: c for c in curves(curve_points(scored, ["retain"]), "retain")}
     assert list(found["random_skip"].skip) == pytest.approx([5.0, 10.0]) and found["static_drop"].interpolable
+
+
+def test_random_skip_inference_draws_follow_the_run_seed_even_after_a_global_reseed():
+    """lm-eval reseeds the global RNG before every task; evaluation routing must still differ between run seeds."""
+    def evaluated(seed: int) -> torch.Tensor:
+        model = attach(tiny_llama(), "random_skip", p=0.4)
+        model.hero_router.seed = seed
+        model.eval()
+        ids, mask = tokens(batch=8, length=50)
+        torch.manual_seed(1234)
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+        return torch.stack([r.ffn_executed for r in last_records(model)])
+
+    assert torch.equal(evaluated(42), evaluated(42))
+    assert not torch.equal(evaluated(42), evaluated(43))

@@ -122,7 +122,7 @@ def prepare(cfg: DictConfig, model: torch.nn.Module, tokenizer, layers: list[int
         record.update(target_ratio=value, sparsity_weight=method.sparsity_weight, temperature=method.temperature)
         return Prepared(model, True, float(method.sparsity_weight), regularizer, record)
     if name == "random_skip":
-        factory = partial(random_skip.RandomPolicy, p=value)
+        factory = partial(random_skip.RandomPolicy, p=value, seed=cfg.seed)
         model = attach_policy(model, layers, name, options, factory, adapter=bool(method.adapter))
         record.update(p=value, adapter=bool(method.adapter))
         return Prepared(model, bool(method.adapter), 0.0, no_regularizer, record)
