@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 
+import polars as pl
 import pytest
 
 from analysis.load import load_runs
@@ -56,11 +57,14 @@ def test_printed_next_commands_work_as_printed_and_the_report_covers_every_run(m
     out = tmp_path / "report"
 
     runs = load_runs([tmp_path / "outputs"])
-    assert runs.problems.height == 0, runs.problems.to_dicts()  # refused runs and checkpoints are not runs
+    # Refused runs and checkpoints are not runs. The only problem allowed: when the calibrated α of `full` is the
+    # demo's α (the search starts there), the matched sweep's seed-42 run repeats the demo run and counts once.
+    twice = runs.problems.filter(pl.col("reason").str.contains("scored twice"))
+    assert runs.problems.height == twice.height <= 1, runs.problems.to_dicts()
     counts = runs.counts()
     # demo 1 + ablation 3 + matched sweep 6 scored; the dense record every run shares; calibration trials (no scores)
     frame = runs.records.collect()
-    assert frame.filter("scored").height == 11 and counts["completed"] > 11
+    assert frame.filter("scored").height == 11 - twice.height and counts["completed"] > 11 - twice.height
     assert frame.filter(frame["method"] == "dense")["path"].str.contains("/baselines/").all()
 
     summary = json.loads((out / "summary.json").read_text())

@@ -254,7 +254,7 @@ def test_reference_methods_run_end_to_end(micro_overrides, tmp_path, method):
     assert record["retain"]["baseline"] == "dense"
     if method == "lora":
         assert record["train"]["steps"] == 3 and record["skip"]["param_rate"] == 0.0
-        assert record["config"]["method"]["r"] == 128
+        assert record["config"]["method"]["r"] == 8  # model.lora_r of the testbed
     else:
         assert record["train"] is None
         assert set(record["skip"]["per_layer_ffn_rate"].values()) == {0.0} and record["skip"]["param_rate"] > 0
