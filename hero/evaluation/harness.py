@@ -20,6 +20,7 @@ and torch (seeds 0, 1234, 1234) and seeds the few-shot sampler with 1234.
 from __future__ import annotations
 
 from importlib.metadata import version
+from pathlib import Path
 
 from hero.errors import ConfigError
 
@@ -37,6 +38,27 @@ def lm_eval_version() -> str:
         raise EvaluationError(f"lm-eval {installed} is installed, HeRo Lab pins {LM_EVAL_VERSION} (scores drift "
                               f"between versions): pip install 'lm-eval[hf]=={LM_EVAL_VERSION}'")
     return installed
+
+
+def local_task_manager(task_dir: Path, data_key: str, data_dir: str | Path):
+    """A TaskManager that knows only the task YAMLs of ``task_dir``; they read their rows from ``data_dir``,
+    passed as TaskManager metadata under ``data_key`` (the keyword their ``custom_dataset`` function takes)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=str(task_dir), include_defaults=False, metadata={data_key: str(data_dir)})
+
+
+def local_task_rows(task: str, data_dir: str | None, lm_eval_task: str, data_key: str, manager: str):
+    """lm-eval ``custom_dataset`` of a local task: ``<data_dir>/<task>.jsonl`` as the ``test`` split."""
+    import json
+
+    from datasets import Dataset, DatasetDict
+
+    if data_dir is None:
+        raise EvaluationError(f"{lm_eval_task} reads its data from TaskManager metadata {data_key!r}: use {manager}")
+    with open(Path(data_dir) / f"{task}.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return DatasetDict({"test": Dataset.from_list(rows)})
 
 
 def harness_model(model, tokenizer, batch_size: int):

@@ -15,11 +15,10 @@ higher is better:
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from hero.evaluation.harness import EvaluationError
+from hero.evaluation.harness import local_task_manager, local_task_rows
 from hero.smollm2.knowledge import contains_answer
 
 TASK_DIR = Path(__file__).with_name("tasks") / "smollm2"
@@ -32,21 +31,13 @@ def lm_eval_task(task: str) -> str:
 
 def task_manager(data_dir: str | Path):
     """A TaskManager that knows only the smollm2 tasks, reading their data from ``data_dir``."""
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager(include_path=str(TASK_DIR), include_defaults=False, metadata={DATA_KEY: str(data_dir)})
+    return local_task_manager(TASK_DIR, DATA_KEY, data_dir)
 
 
 def load_dataset(task: str, hero_smollm2_data: str | None = None, **_):
     """lm-eval ``custom_dataset``: the rows of ``task`` as the ``test`` split."""
-    from datasets import Dataset, DatasetDict
-
-    if hero_smollm2_data is None:
-        raise EvaluationError(f"{lm_eval_task(task)} reads its data from TaskManager metadata {DATA_KEY!r}: "
-                              "use hero.evaluation.smollm2.task_manager")
-    with open(Path(hero_smollm2_data) / f"{task}.jsonl", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return DatasetDict({"test": Dataset.from_list(rows)})
+    return local_task_rows(task, hero_smollm2_data, lm_eval_task(task), DATA_KEY,
+                           "hero.evaluation.smollm2.task_manager")
 
 
 def process_answer(doc: dict, results: list[str]) -> dict:

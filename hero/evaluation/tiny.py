@@ -37,7 +37,7 @@ import json
 import math
 from pathlib import Path
 
-from hero.evaluation.harness import EvaluationError
+from hero.evaluation.harness import EvaluationError, local_task_manager, local_task_rows
 
 TASK_DIR = Path(__file__).with_name("tasks") / "tiny"
 DATA_KEY = "hero_tiny_data"
@@ -97,19 +97,12 @@ def write_task_data(testbed, tokenizer, out_dir: str | Path, tasks) -> None:
 
 def task_manager(data_dir: str | Path):
     """A TaskManager that knows only the tiny tasks, reading their data from ``data_dir``."""
-    from lm_eval.tasks import TaskManager
-
-    return TaskManager(include_path=str(TASK_DIR), include_defaults=False, metadata={DATA_KEY: str(data_dir)})
+    return local_task_manager(TASK_DIR, DATA_KEY, data_dir)
 
 
 def load_dataset(task: str, hero_tiny_data: str | None = None, **_):
     """lm-eval ``custom_dataset``: the generated rows of ``task`` as the ``test`` split."""
-    from datasets import Dataset, DatasetDict
-
-    if hero_tiny_data is None:
-        raise EvaluationError(f"{lm_eval_task(task)} reads its data from TaskManager metadata {DATA_KEY!r}: "
-                              "use hero.evaluation.tiny.task_manager")
-    return DatasetDict({"test": Dataset.from_list(_read_jsonl(Path(hero_tiny_data) / f"{task}.jsonl"))})
+    return local_task_rows(task, hero_tiny_data, lm_eval_task(task), DATA_KEY, "hero.evaluation.tiny.task_manager")
 
 
 def process_answer(doc: dict, results: list[tuple[float, bool]]) -> dict:
