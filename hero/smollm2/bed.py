@@ -37,9 +37,9 @@ class DataRecipe:
     heldout_plays: tuple[str, ...] = ("macbeth", "twelfth_night")
     n_prompts: int | None = None
     n_eval_prompts: int | None = None
-    n_passages: int = 120
+    n_passages: int = 60
     samples_per_prompt: int = 2
-    max_new_tokens: int = 96
+    max_new_tokens: int = 64
     val_fraction: float = 0.05
     n_ppl_chunks: int = 48
     n_agree_chunks: int = 48
