@@ -92,6 +92,18 @@ def ensure_smollm2(cache_root: str | Path | None = None, recipe: DataRecipe = RE
     return SmolLM2Bed(root=root, backbone_dir=backbone_dir, data_dir=data_dir, gguf_sha256=sha, manifest=manifest)
 
 
+def split_prompts(recipe: DataRecipe = RECIPE) -> tuple[list[str], list[str]]:
+    """The recipe's chat prompts as (training, validation): the first ``val_fraction`` (at least one) validate.
+
+    Each prompt gets ``samples_per_prompt`` sampled responses, so a pass over the training
+    data is at most ``len(training) * samples_per_prompt`` conversations (an empty response
+    is dropped).
+    """
+    chat = prompts.train_prompts(sft.read_plays(recipe.prompt_plays), recipe.n_passages, recipe.seed)[: recipe.n_prompts]
+    n_val = max(1, int(len(chat) * recipe.val_fraction))
+    return chat[n_val:], chat[:n_val]
+
+
 def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> dict:
     """SFT train/validation files, task files and ``manifest.json`` (counts, times, dense reference numbers)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -99,14 +111,13 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     t0 = time.time()
     tokenizer = AutoTokenizer.from_pretrained(backbone_dir)
     model = AutoModelForCausalLM.from_pretrained(backbone_dir, dtype=torch.float32).eval()
-    train_prompts = prompts.train_prompts(sft.read_plays(recipe.prompt_plays), recipe.n_passages, recipe.seed)
-    train_prompts = train_prompts[: recipe.n_prompts]
-    repeated = [p for p in train_prompts for _ in range(recipe.samples_per_prompt)]
+    train_prompts, val_prompts = split_prompts(recipe)
+    chat = val_prompts + train_prompts  # the recipe's order, which the seeded sampling follows
+    repeated = [p for p in chat for _ in range(recipe.samples_per_prompt)]
     answers = sampled.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True, seed=recipe.seed,
                           desc="sampling training responses")
     rows = sampled.conversations(repeated, answers)
-    n_val = max(1, int(len(train_prompts) * recipe.val_fraction))
-    val_prompts = set(train_prompts[:n_val])
+    val_prompts = set(val_prompts)
     tasks.write_jsonl(out / "sft_train.jsonl", [r for r in rows if r["messages"][0]["content"] not in val_prompts])
     tasks.write_jsonl(out / "sft_val.jsonl", [r for r in rows if r["messages"][0]["content"] in val_prompts])
     t_sft = time.time() - t0
@@ -131,7 +142,7 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     tasks.write_jsonl(task_dir / "agree_text.jsonl", text_items)
     tasks.write_jsonl(task_dir / "agree_chat.jsonl", chat_items)
     manifest = {"recipe": asdict(recipe), "data_hash": data_hash(recipe), "build_s": round(time.time() - t0, 1),
-                "sft_s": round(t_sft, 1), "n_train_prompts": len(train_prompts), "n_sft": len(rows),
+                "sft_s": round(t_sft, 1), "n_train_prompts": len(chat), "n_sft": len(rows),
                 "n_items": {"knowledge": len(knowledge.questions()), "heldout_ppl": recipe.n_ppl_chunks,
                             "agree_text": len(text_items), "agree_chat": len(chat_items)},
                 "dense_topk_mass": {"agree_text": text_mass, "agree_chat": chat_mass}}
