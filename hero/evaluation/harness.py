@@ -50,15 +50,13 @@ def local_task_manager(task_dir: Path, data_key: str, data_dir: str | Path):
 
 def local_task_rows(task: str, data_dir: str | None, lm_eval_task: str, data_key: str, manager: str):
     """lm-eval ``custom_dataset`` of a local task: ``<data_dir>/<task>.jsonl`` as the ``test`` split."""
-    import json
-
     from datasets import Dataset, DatasetDict
+
+    from hero.testbed.tasks import read_jsonl
 
     if data_dir is None:
         raise EvaluationError(f"{lm_eval_task} reads its data from TaskManager metadata {data_key!r}: use {manager}")
-    with open(Path(data_dir) / f"{task}.jsonl", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return DatasetDict({"test": Dataset.from_list(rows)})
+    return DatasetDict({"test": Dataset.from_list(read_jsonl(Path(data_dir) / f"{task}.jsonl"))})
 
 
 def harness_model(model, tokenizer, batch_size: int):

@@ -38,6 +38,7 @@ import math
 from pathlib import Path
 
 from hero.evaluation.harness import EvaluationError, local_task_manager, local_task_rows
+from hero.testbed.tasks import read_jsonl
 
 TASK_DIR = Path(__file__).with_name("tasks") / "tiny"
 DATA_KEY = "hero_tiny_data"
@@ -46,11 +47,6 @@ DATA_KEY = "hero_tiny_data"
 def lm_eval_task(task: str) -> str:
     """The lm-eval name of a testbed task."""
     return f"hero_tiny_{task}"
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -88,7 +84,7 @@ def write_task_data(testbed, tokenizer, out_dir: str | Path, tasks) -> None:
     """Write ``<out_dir>/<task>.jsonl`` for ``tasks`` from the testbed's task files (see the module docstring)."""
     out = Path(out_dir)
     for task in tasks:
-        rows = _read_jsonl(Path(testbed.data_dir) / "tasks" / f"{task}.jsonl")
+        rows = read_jsonl(Path(testbed.data_dir) / "tasks" / f"{task}.jsonl")
         convert = _ROWS.get(task)
         with open(out / f"{task}.jsonl", "w", encoding="utf-8") as f:
             for row in rows:

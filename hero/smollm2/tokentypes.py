@@ -14,10 +14,10 @@ one class, checked in this order:
 """
 from __future__ import annotations
 
-import json
 import string
 from pathlib import Path
 
+from hero.testbed.tasks import read_jsonl
 from hero.testbed.tokentypes import labelled_batches
 
 TOKEN_CLASSES = ("answer_first", "markup", "whitespace", "punctuation", "number", "function_word", "content_word",
@@ -72,15 +72,11 @@ def typed_sequences(bed, tokenizer) -> list[tuple[list[int], list[int]]]:
     """(token ids, class per token) of every held-out text chunk and evaluation chat."""
     from hero.smollm2.tasks import chat_texts
 
-    def read(name):
-        with open(Path(bed.data_dir) / name, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-
     out = []
-    for row in read("heldout_text.jsonl"):
+    for row in read_jsonl(Path(bed.data_dir) / "heldout_text.jsonl"):
         ids = tokenizer(row["text"], add_special_tokens=False)["input_ids"]
         out.append((ids, classify([tokenizer.decode([t]) for t in ids])))
-    chats = read("eval_chat.jsonl")
+    chats = read_jsonl(Path(bed.data_dir) / "eval_chat.jsonl")
     for text, start in chat_texts(tokenizer, [c["messages"][0]["content"] for c in chats],
                                   [c["messages"][1]["content"] for c in chats]):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
