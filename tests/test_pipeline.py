@@ -246,6 +246,31 @@ def test_chat_template_labels_all_tokens_or_assistant_only(micro_cache):
     assert torch.all(batch["labels"][batch["attention_mask"] == 0] == -100)
 
 
+def test_a_truncated_sample_trains_its_content_but_not_the_turn_end_it_never_sampled(micro_cache):
+    from hero.testbed import TINY_RECIPE, ensure_testbed
+
+    tokenizer = ensure_testbed(micro_cache, recipe=TINY_RECIPE).load_tokenizer()
+    ended = [{"role": "user", "content": "Continue the scene."}, {"role": "assistant", "content": "Enter the king"}]
+    cut = [ended[0], {**ended[1], "truncated": True}]
+    end_id = tokenizer.convert_tokens_to_ids("<|end|>")
+    for assistant_only in (True, False):
+        whole = tokenize_conversation(tokenizer, ended, 512, assistant_only)
+        part = tokenize_conversation(tokenizer, cut, 512, assistant_only)
+        assert part["input_ids"] == whole["input_ids"]
+        trained = [t for t, label in zip(part["input_ids"], part["labels"]) if label != -100]
+        assert "Enter the king" in tokenizer.decode(trained)
+        assert whole["labels"][-2] == end_id and part["labels"][-2:] == [-100, -100]
+        assert part["labels"][:-2] == whole["labels"][:-2]
+
+
+def test_the_truncated_mark_survives_loading(tmp_path):
+    path = tmp_path / "cut.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                             {"role": "assistant", "content": "so", "truncated": True}]}) + "\n")
+    loaded = load_conversations(compose_train(["data=jsonl", f"data.path={path}"]).data)
+    assert loaded == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "so", "truncated": True}]]
+
+
 @pytest.mark.parametrize("method", ["lora", "drop_routable_ffn"])
 def test_reference_methods_run_end_to_end(micro_overrides, tmp_path, method):
     run(compose_train(micro_overrides + [f"method={method}"]), run_dir=tmp_path / "run")

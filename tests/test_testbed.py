@@ -79,10 +79,13 @@ def test_sampled_responses_are_the_dense_backbones_samples_for_the_written_promp
     tok = tb.load_tokenizer()
     stop = [tok.convert_tokens_to_ids("<|end|>"), tok.eos_token_id]
     first = [json.loads(line)["messages"] for line in open(tb.data_dir / "sft_train.jsonl")][:32]
-    again = respond(tb.load_backbone(), tok, [m[0]["content"] for m in first], SAMPLED_MAX_NEW_TOKENS, sample=True,
-                    seed=TINY_RECIPE.seed + 10, stop_ids=stop)
+    again, cut = respond(tb.load_backbone(), tok, [m[0]["content"] for m in first], SAMPLED_MAX_NEW_TOKENS,
+                         sample=True, seed=TINY_RECIPE.seed + 10, stop_ids=stop)
     rows = [json.loads(line)["messages"] for line in open(directory / "sft_train.jsonl")]
     assert [a for a in again if a][:10] == [m[1]["content"] for m in rows][:10]
+    assert [bool(c) for a, c in zip(again, cut) if a][:10] == [m[1].get("truncated", False) for m in rows][:10]
+    n_cut = sum(1 for m in rows if m[1].get("truncated"))
+    assert 0 < n_cut < len(rows)  # play continuations reach the budget, short answers end on <|end|>
 
 
 def test_recipe_change_triggers_rebuild_and_same_recipe_reuses(tiny):

@@ -103,25 +103,37 @@ def _messages(row: dict, where: str) -> list[dict]:
     for m in messages:
         if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
             raise DataError(f"{where}: bad message {m!r}; roles allowed: {', '.join(ROLES)}")
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return [{"role": m["role"], "content": m["content"], **({"truncated": True} if m.get("truncated") is True else {})}
+            for m in messages]
 
 
 def tokenize_conversation(tokenizer, messages: Sequence[dict], max_length: int, assistant_only: bool = False) -> dict:
     """Input ids and labels through the tokenizer's chat template, truncated to ``max_length``.
 
     Labels cover all tokens (the paper's recipe) or, with ``assistant_only``, only the
-    assistant turns (found by templating each prefix; templates are prefix-stable).
+    assistant turns (found by templating each prefix; templates are prefix-stable). An
+    assistant turn marked ``"truncated": true`` (a sample cut at its token budget,
+    ``hero.data.sampled``) keeps its content in the labels but not the template's closing
+    tokens, which the model never produced there.
     """
-    ids = tokenizer.apply_chat_template(list(messages), tokenize=True, return_dict=False)
-    labels = list(ids)
-    if assistant_only:
-        labels = [-100] * len(ids)
-        for i, message in enumerate(messages):
-            if message["role"] != "assistant":
-                continue
-            start = len(tokenizer.apply_chat_template(list(messages[:i]), tokenize=True, return_dict=False,
-                                                      add_generation_prompt=True)) if i else 0
-            end = len(tokenizer.apply_chat_template(list(messages[: i + 1]), tokenize=True, return_dict=False))
+    messages = list(messages)
+    template = [{"role": m["role"], "content": m["content"]} for m in messages]
+
+    def length(turns: list[dict], prompt: bool = False) -> int:
+        return len(tokenizer.apply_chat_template(turns, tokenize=True, return_dict=False, add_generation_prompt=prompt))
+
+    ids = tokenizer.apply_chat_template(template, tokenize=True, return_dict=False)
+    labels = [-100] * len(ids) if assistant_only else list(ids)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant" or not (assistant_only or message.get("truncated")):
+            continue
+        start = length(template[:i], prompt=True) if i else 0
+        end = length(template[: i + 1])
+        if message.get("truncated"):
+            closing = length(template[:i] + [{"role": "assistant", "content": ""}]) - start
+            labels[end - closing:end] = [-100] * closing
+            end -= closing
+        if assistant_only:
             labels[start:end] = ids[start:end]
     return {"input_ids": ids[:max_length], "labels": labels[:max_length]}
 

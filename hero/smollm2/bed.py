@@ -114,17 +114,17 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     train_prompts, val_prompts = split_prompts(recipe)
     chat = val_prompts + train_prompts  # the recipe's order, which the seeded sampling follows
     repeated = [p for p in chat for _ in range(recipe.samples_per_prompt)]
-    answers = sampled.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True, seed=recipe.seed,
-                          desc="sampling training responses")
-    rows = sampled.conversations(repeated, answers)
+    answers, truncated = sampled.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True,
+                                         seed=recipe.seed, desc="sampling training responses")
+    rows = sampled.conversations(repeated, answers, truncated)
     val_prompts = set(val_prompts)
     tasks.write_jsonl(out / "sft_train.jsonl", [r for r in rows if r["messages"][0]["content"] not in val_prompts])
     tasks.write_jsonl(out / "sft_val.jsonl", [r for r in rows if r["messages"][0]["content"] in val_prompts])
     t_sft = time.time() - t0
 
     eval_prompts = prompts.eval_prompts()[: recipe.n_eval_prompts]
-    eval_answers = sampled.respond(model, tokenizer, eval_prompts, recipe.max_new_tokens, sample=False, seed=recipe.seed,
-                               desc="greedy evaluation answers")
+    eval_answers, _ = sampled.respond(model, tokenizer, eval_prompts, recipe.max_new_tokens, sample=False,
+                                      seed=recipe.seed, desc="greedy evaluation answers")
     tasks.write_jsonl(out / "eval_chat.jsonl", sampled.conversations(eval_prompts, eval_answers))
     plays = sft.read_plays(recipe.heldout_plays)
     chunks = tasks.text_chunks(tokenizer, plays, recipe.n_ppl_chunks + recipe.n_agree_chunks, recipe.chunk_tokens,

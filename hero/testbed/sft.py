@@ -37,7 +37,7 @@ VAL_QUESTIONS = {
     "pet": ("Name the pet of {e}.",),
 }
 MIX = (("fact", 0.4), ("arith", 0.3), ("continue", 0.3))
-SAMPLED_VERSION = 1  # bump when the sampling below changes what it writes
+SAMPLED_VERSION = 2  # bump when the sampling below changes what it writes (2: cut samples marked "truncated")
 SAMPLED_MAX_NEW_TOKENS = 64  # the longest written response (two play lines) is ~40 tokens
 
 
@@ -81,8 +81,9 @@ def ensure_sampled(bed) -> Path:
     Each split keeps the written file's prompts in order; the responses are the dense
     backbone's samples at temperature 1, ended by the chat template's ``<|end|>`` (seeded
     from the recipe seed, one seed per split). A prompt whose sample is empty is dropped; a
-    sample that reaches ``SAMPLED_MAX_NEW_TOKENS`` is kept cut there (most play continuations:
-    the backbone rarely ends a play turn, so those responses teach ``<|end|>`` at the cut).
+    sample that reaches ``SAMPLED_MAX_NEW_TOKENS`` is kept cut there and marked ``"truncated"``
+    (most play continuations: the backbone rarely ends a play turn), so training leaves its
+    ``<|end|>``, which the backbone never sampled there, out of the labels.
     """
     from hero.data.sampled import conversations, respond
     from hero.once import built_once
@@ -97,12 +98,13 @@ def ensure_sampled(bed) -> Path:
         for offset, split in enumerate(("train", "val")):
             with open(bed.data_dir / f"sft_{split}.jsonl", encoding="utf-8") as f:
                 prompts = [json.loads(line)["messages"][0]["content"] for line in f]
-            answers = respond(model, tokenizer, prompts, SAMPLED_MAX_NEW_TOKENS, sample=True, seed=seed + 10 + offset,
-                              desc=f"sampling {split} responses", stop_ids=stop)
-            rows = conversations(prompts, answers)
+            answers, truncated = respond(model, tokenizer, prompts, SAMPLED_MAX_NEW_TOKENS, sample=True,
+                                         seed=seed + 10 + offset, desc=f"sampling {split} responses", stop_ids=stop)
+            rows = conversations(prompts, answers, truncated)
             with open(tmp / f"sft_{split}.jsonl", "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
-            counts[split] = {"prompts": len(prompts), "rows": len(rows)}
+            counts[split] = {"prompts": len(prompts), "rows": len(rows),
+                             "truncated": sum(1 for r in rows if r["messages"][1].get("truncated"))}
         (tmp / "sampled.json").write_text(json.dumps({"version": SAMPLED_VERSION, "seed": seed, "counts": counts,
                                                       "max_new_tokens": SAMPLED_MAX_NEW_TOKENS}, indent=1))
 
