@@ -194,9 +194,10 @@ def test_drop_routable_ffn_loses_ten_retain_points(full, dense_scores):
 def test_lora_trained_without_skip_stays_within_two_retain_points_of_dense(full, tmp_path):
     """On the self-sampled data, training alone barely moves Retain (docs/testbed_audit).
 
-    The default recipe's builds: 99.6 (AVX-512) and 99.9 (AVX2); over all six audited builds
-    95.6–99.9 (recipe seed 1235 loses 7 of 180 fact_select items). The bound is 3 points: the
-    written answers (88.7 / 93.3 on these builds) and a full-rank LoRA (96.5) fail it.
+    The default recipe's builds: 100.6 (AVX-512) and 99.9 (AVX2); over all six audited builds
+    98.2–101.3. The bound is issue 13's 2 points: the written answers (88.7 / 93.3 on these
+    builds), a full-rank LoRA (96.5) and cut samples trained to end their turn (95.6 on
+    recipe seed 1235) fail it.
     """
     from hydra import compose, initialize_config_dir
 
@@ -209,4 +210,4 @@ def test_lora_trained_without_skip_stays_within_two_retain_points_of_dense(full,
     run(cfg, run_dir=tmp_path / "lora")
     record = json.loads((tmp_path / "lora" / "results.json").read_text())
     assert record["retain"]["baseline"] == "dense" and set(record["retain"]["tasks"]) == set(RETAIN_TASKS)
-    assert abs(record["retain"]["value"] - 100.0) <= 3.0, record["retain"]
+    assert abs(record["retain"]["value"] - 100.0) <= 2.0, record["retain"]
