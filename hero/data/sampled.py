@@ -13,7 +13,7 @@ A sample cut at the token budget (no stop token within ``max_new_tokens``) is ke
 ``"truncated": true``: its turn's closing tokens were never sampled, so training must not
 teach them there (``hero.data.sft.tokenize_conversation`` leaves them out of the labels).
 Trained as if the model had ended the turn at the cut, the 23 % of testbed samples that reach
-the budget taught a no-skip LoRA to end turns early and cost it up to 4.4 Retain points.
+the budget cost a no-skip LoRA up to 4.4 Retain points (1.8 without; ``docs/testbed_audit``).
 """
 from __future__ import annotations
 
