@@ -87,6 +87,7 @@ def ensure_sampled(bed) -> Path:
     """
     from hero.data.sampled import conversations, respond
     from hero.once import built_once
+    from hero.testbed.tasks import read_jsonl, write_jsonl
 
     directory = bed.data_dir / f"sampled-v{SAMPLED_VERSION}"
 
@@ -96,13 +97,11 @@ def ensure_sampled(bed) -> Path:
         seed = bed.manifest["recipe"]["seed"]
         counts = {}
         for offset, split in enumerate(("train", "val")):
-            with open(bed.data_dir / f"sft_{split}.jsonl", encoding="utf-8") as f:
-                prompts = [json.loads(line)["messages"][0]["content"] for line in f]
+            prompts = [row["messages"][0]["content"] for row in read_jsonl(bed.data_dir / f"sft_{split}.jsonl")]
             answers, truncated = respond(model, tokenizer, prompts, SAMPLED_MAX_NEW_TOKENS, sample=True,
                                          seed=seed + 10 + offset, desc=f"sampling {split} responses", stop_ids=stop)
             rows = conversations(prompts, answers, truncated)
-            with open(tmp / f"sft_{split}.jsonl", "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r) + "\n" for r in rows)
+            write_jsonl(tmp / f"sft_{split}.jsonl", rows)
             counts[split] = {"prompts": len(prompts), "rows": len(rows),
                              "truncated": sum(1 for r in rows if r["messages"][1].get("truncated"))}
         (tmp / "sampled.json").write_text(json.dumps({"version": SAMPLED_VERSION, "seed": seed, "counts": counts,
