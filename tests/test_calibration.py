@@ -350,3 +350,13 @@ def test_studies_are_inspectable_with_optuna_dashboard(two_variants):
     finally:
         server.terminate()
         server.wait()
+
+
+def test_trial_executors_get_a_time_limit_fit_for_a_training_run(tmp_path):
+    """Without a launcher config submitit would kill a local or SLURM trial after 5 minutes (it did, half way
+    through a 150-step testbed trial); the launcher's own timeout_min still wins."""
+    from hero.calibration.trials import DEFAULT_TIMEOUT_MIN, make_executor
+
+    assert make_executor("local", None, tmp_path)._executor.parameters["timeout_min"] == DEFAULT_TIMEOUT_MIN >= 60
+    launcher = OmegaConf.load(REPO / "conf" / "hydra" / "launcher" / "hero_local.yaml")
+    assert make_executor("local", launcher, tmp_path)._executor.parameters["timeout_min"] == launcher.timeout_min
