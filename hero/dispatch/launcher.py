@@ -18,12 +18,17 @@ Extra launcher keys (besides every hydra-submitit-launcher key):
   wait           (true)   false: submit, write the manifest, return at once (SLURM only)
   records_root   (null)   where to look for existing records; default the sweep dir
   job_dir        ("key")  "key": subdir = job_key(overrides, hash); "hydra": keep hydra.sweep.subdir
+
+``array_parallelism`` caps the jobs running at once on SLURM (submitit's key) and, with the local
+executor, in this process too: a new job starts as soon as one finishes (submitit's local executor
+would otherwise start every job of the array at once).
 """
 from __future__ import annotations
 
 import datetime as _dt
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -62,7 +67,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         init_params: dict[str, Any] = {"folder": params["submitit_folder"]}
         if "max_num_timeout" in params:
             init_params[f"{self._EXECUTOR}_max_num_timeout"] = params["max_num_timeout"]
-        init_keys = {"submitit_folder", "max_num_timeout"}
+        init_keys = {"submitit_folder", "max_num_timeout"} | ({"array_parallelism"} if self._EXECUTOR == "local" else set())
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init_params)
         baseparams = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{
@@ -96,7 +101,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             executor = self._executor()
             job = HydraJob(self.hydra_context, self.task_function, self.config)
             args = [(p["overrides"], "hydra.sweep.dir", p["num"], p["subdir"], Singleton.get_state()) for p in todo]
-            jobs = executor.map_array(job, *zip(*args))
+            jobs = self._submit(executor, job, args)
             for p, j in zip(todo, jobs):
                 p["job_id"] = j.job_id
                 p["state"] = "SUBMITTED"
@@ -153,6 +158,21 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
                 returns.append(_job_return(p, JobStatus.FAILED, JobFailed(
                     f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}")))
         return returns
+
+
+    def _submit(self, executor: Any, job: Any, args: list[tuple]) -> list[Any]:
+        """Submit every job: one array, or, on the local executor with ``array_parallelism`` below the
+        number of jobs, one job at a time as slots free (this returns when the last one has started)."""
+        limit = self.params.get("array_parallelism")
+        if self._EXECUTOR != "local" or not limit or int(limit) >= len(args):
+            return executor.map_array(job, *zip(*args))
+        jobs: list[Any] = []
+        for a in args:
+            while sum(not j.done() for j in jobs) >= int(limit):
+                time.sleep(1.0)
+            jobs.append(executor.submit(job, *a))
+            log.info("\tstarted #%d (%d running, limit %d)", a[2], sum(not j.done() for j in jobs), int(limit))
+        return jobs
 
 
 class HeroSlurmLauncher(HeroSubmititLauncher):
