@@ -23,7 +23,8 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
 A baseline selector that matches no group, or several, skips that table (or the curves)
 with one line naming the option, the selector, the groups that exist and the
 ``train.py`` command that would provide the baseline; every other output is written.
-The main setting (α, memory dim, layer set) comes from the records unless given.
+The main setting (α or calibration target, memory dim, layer set) comes from the records
+unless given.
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ backbone, else the report stops with an error listing the groups there. Table ro
   2 alpha_sweep  full HeRo at the main memory dim and layer set, one row per alpha
   3 ablations    HeRo variants at the main alpha, memory dim and layer set
   4 memory_dim   full HeRo at the main alpha and layer set, one row per memory dim
+("at the main alpha" reads "at the main calibration target" when there is one, below.)
 The task set is every task the baseline scores in all its seeds (or --tasks); it is
 printed with every table, in every format. A table (or the curves) whose baseline is
 missing or ambiguous is skipped with one line naming the run that would provide it;
@@ -67,7 +69,11 @@ everything else is still written.
 Main setting. --main-alpha, --main-memory-dim and --main-layer-set default to the
 records: the value the scored HeRo runs share when there is one, else the value the
 most HeRo groups (variant x alpha x memory dim x layer set) share, ties going to the
-paper's (alpha 1e-3, memory dim 64, second_half); the choice is printed."""
+paper's (alpha 1e-3, memory dim 64, second_half); the choice is printed. When HeRo
+runs used alpha=calibrated, each variant has its own alpha at the same realized skip: the
+main setting is then the calibration target (--main-target, default the target of the most
+calibrated HeRo groups), and Tables 1, 3 and 4 take the HeRo runs calibrated to it whatever
+their alpha; --main-target none keeps the alpha selection."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", default="1,2,3,4", help="which paper tables to build (default: 1,2,3,4)")
     p.add_argument("--main-alpha", type=float,
                    help="α of the main setting (default: from the records, see MAIN SETTING below)")
+    p.add_argument("--main-target", metavar="SKIP",
+                   help="calibration target (realized skip, e.g. 0.2) of the main setting, or 'none' "
+                        "(default: from the records when HeRo runs used alpha=calibrated)")
     p.add_argument("--main-memory-dim", type=int, help="memory dim of the main setting (default: from the records)")
     p.add_argument("--main-layer-set", help="layer set of the main setting (default: from the records)")
     p.add_argument("--baseline-table1", metavar="SEL", default="method=dense",
@@ -108,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_report(args: argparse.Namespace) -> dict:
     """Write every output of the module docstring under ``args.out``; return the summary (also in summary.json)."""
+    parse_target(args.main_target)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(args.dirs)
@@ -127,12 +137,12 @@ def run_report(args: argparse.Namespace) -> dict:
             parse_selector(selector)
     main = main_setting(frame, args)
     summary["main_setting"] = main
-    alpha, dim, layer_set = main["alpha"], main["memory_dim"], main["layer_set"]
+    alpha, dim, layer_set, target = main["alpha"], main["memory_dim"], main["layer_set"], main["target"]
     baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={alpha!r}",
                  3: args.baseline_table3, 4: args.baseline_table4 or f"memory_dim={dim}"}
     wanted = {int(n) for n in args.tables.split(",")}
     built: list[Table] = []
-    for spec in paper_tables(alpha, dim, layer_set, baselines):
+    for spec in paper_tables(alpha, dim, layer_set, baselines, main_target=target):
         if spec.number not in wanted:
             continue
         try:
@@ -242,8 +252,43 @@ def main_setting(frame: pl.DataFrame, args: argparse.Namespace) -> dict:
             continue
         best = max(counts, key=lambda r: (r["groups"], r["runs"], r[key] == PAPER_MAIN[key]))
         out[key] = best[key]
+    out["target"], target_source = main_target(hero, args.main_target)
     out["source"] = {k: "option" if v is not None else "records" for k, v in given.items()}
+    out["source"]["target"] = target_source
     return out
+
+
+def parse_target(option: str | None) -> float | None | str:
+    """``--main-target`` as a skip rate in (0, 1), ``None`` for ``none``, or ``"records"`` when not given."""
+    if option is None:
+        return "records"
+    if option.strip().lower() == "none":
+        return None
+    try:
+        value = float(option)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"--main-target {option!r}: expected a realized skip rate in (0, 1), e.g. 0.2, or 'none'")
+    return value
+
+
+def main_target(hero: pl.DataFrame, option: str | None) -> tuple[float | None, str]:
+    """The calibration target of the main setting and where it came from: ``--main-target``
+    (a skip rate in (0, 1), or ``none``), else the target the most calibrated HeRo groups share."""
+    given = parse_target(option)
+    if given != "records":
+        if given is not None and "calibration.target" not in hero.columns:
+            raise ValueError(f"--main-target {option}: no HeRo run in these records used alpha=calibrated")
+        return given, "option"
+    if "calibration.target" not in hero.columns:
+        return None, "records"
+    calibrated = hero.filter(pl.col("calibration.target").is_not_null())
+    if calibrated.height == 0:
+        return None, "records"
+    counts = (calibrated.group_by(pl.col("calibration.target").cast(pl.Float64).alias("target"))
+              .agg(pl.struct(*KEYS).n_unique().alias("groups"), pl.len().alias("runs")).to_dicts())
+    return max(counts, key=lambda r: (r["groups"], r["runs"], -r["target"]))["target"], "records"
 
 
 def provider_hint(selector: str, table: int | None, main: dict) -> str:
@@ -410,9 +455,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"curves: skipped: {summary['curves']['skipped']}")
     main_set = summary.get("main_setting")
     if main_set:
+        shown = [k for k in ("alpha", "target", "memory_dim", "layer_set") if main_set[k] is not None]
         print("main setting: " + ", ".join(f"{k}={main_set[k]:g}" if isinstance(main_set[k], float) else
-                                            f"{k}={main_set[k]}" for k in ("alpha", "memory_dim", "layer_set"))
-              + " (" + ", ".join(f"{k} from {v}" for k, v in main_set["source"].items()) + ")")
+                                            f"{k}={main_set[k]}" for k in shown)
+              + " (" + ", ".join(f"{k} from {main_set['source'][k]}" for k in shown) + ")")
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"wrote {len(summary['files'])} files to {args.out}")

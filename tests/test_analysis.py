@@ -465,3 +465,31 @@ def test_a_calibrated_alpha_is_its_own_table2_baseline_and_can_be_typed_back(tmp
     assert "table2_alpha_sweep: 1 rows" in out and "α=0.00651349501" in out
     runs = load_runs([tmp_path]).records.collect()
     assert len(resolve_baselines(runs, "alpha=0.00651349501", "--baseline-table2", {"arc_easy": "acc"})) == 1
+
+
+def test_calibrated_variants_form_table3_at_their_target_whatever_their_alpha(tmp_path, capsys):
+    """alpha=calibrated gives each variant its own α at one realized skip: Table 3 takes them by target, not
+    by the α the most groups share (here the uncalibrated curve points); --main-target none goes back to α."""
+    calibrated = {"calibration": {"target": 0.2, "tolerance": 0.005}}
+    for seed in (42, 43):
+        write_run(tmp_path, RunSpec(scores=dict(TASK_BASE_SMALL), skip=0.0, method="dense", variant="dense",
+                                    alpha=0.0, seed=seed))
+        for variant, alpha in (("full", 0.0065), ("no_history", 0.004)):
+            write_run(tmp_path, RunSpec(scores={t: v * 0.9 for t, v in TASK_BASE_SMALL.items()}, skip=0.2,
+                                        variant=variant, alpha=alpha, seed=seed, extra=calibrated))
+            for grid_alpha in ((0.002, 0.02) if variant == "full" else (0.002,)):
+                write_run(tmp_path, RunSpec(scores={t: v * 0.8 for t, v in TASK_BASE_SMALL.items()}, skip=0.1,
+                                            variant=variant, alpha=grid_alpha, seed=seed))
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
+    assert "target=0.2" in capsys.readouterr().out
+    rows = {r["variant"]: r for r in csv.DictReader((tmp_path / "out" / "table3_ablations.csv").open())}
+    assert {v: r["alpha"] for v, r in rows.items()} == {"full": "0.0065", "no_history": "0.004"}
+    assert "calibrated to 20 % skip" in (tmp_path / "out" / "table3_ablations.md").read_text()
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "alpha"), "--no-plots", "--main-target", "none"]) == 0
+    rows = list(csv.DictReader((tmp_path / "alpha" / "table3_ablations.csv").open()))
+    assert {r["alpha"] for r in rows} == {"0.002"} and {r["variant"] for r in rows} == {"full", "no_history"}
+    capsys.readouterr()
+    assert report_main([str(tmp_path), "--out", str(tmp_path / "bad"), "--main-target", "20"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --main-target '20': expected a realized skip rate in (0, 1), "
+                                               "e.g. 0.2, or 'none'")
+    assert not (tmp_path / "bad").exists()
