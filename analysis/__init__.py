@@ -13,7 +13,7 @@ The command line is ``python -m analysis.report <dirs…> --out <dir>``; plots a
 ``analysis.plots`` (imports matplotlib), the benchmark in ``python -m analysis.bench``.
 """
 from analysis.curves import (Curve, area_between, curve_points, curves, matched_skip, monotone_fit,
-                             reference_curves)
+                             reference_curves, skip_adjusted)
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, find_runs, load_runs
 from analysis.retain import Baseline, BaselineError, parse_selector, resolve_baselines, selector_expr, with_retain
@@ -22,5 +22,5 @@ from analysis.tables import Table, TableSpec, build_table, paper_tables
 
 __all__ = ["KEYS", "Baseline", "BaselineError", "Curve", "Runs", "Table", "TableSpec", "area_between", "build_table",
            "curve_points", "curves", "find_runs", "latency_table", "load_runs", "matched_skip", "monotone_fit",
-           "paired_differences", "paper_tables", "parse_selector", "reference_curves", "resolve_baselines",
+           "paired_differences", "paper_tables", "parse_selector", "reference_curves", "resolve_baselines", "skip_adjusted",
            "selector_expr", "summarize", "t_quantile", "with_retain"]

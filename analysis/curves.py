@@ -16,7 +16,10 @@ range, by interpolation along its own curve. A curve
 is only evaluated inside its own skip range — never extrapolated. The area between
 a curve and the reference curve is the integral of (curve − reference) over their
 common skip interval (exact for the piecewise-linear fits); ``mean_gap`` is that
-area divided by the interval's width, in the metric's units.
+area divided by the interval's width, in the metric's units. ``skip_adjusted`` takes each
+run of a curve at its own realized skip: its residual from the reference fit there, summarised
+over runs with a t interval (the reference fit's own error is not in the interval; the
+reference runs' residual std from their own fit is reported beside it as that scale).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from analysis.retain import BaselineError, selector_expr
-from analysis.stats import summarize
+from analysis.stats import summarize, t_quantile
 
 CURVE_KEYS = ("backbone", "method", "variant", "memory_dim", "layer_set")
 
@@ -170,6 +173,31 @@ def area_between(all_curves: list[Curve], references: dict[str, Curve]) -> pl.Da
                      "area": area, "mean_gap": gap})
     return _frame(rows, {"reference": pl.String, "metric": pl.String, "skip_lo": pl.Float64, "skip_hi": pl.Float64,
                          "area": pl.Float64, "mean_gap": pl.Float64})
+
+
+def skip_adjusted(all_curves: list[Curve], references: dict[str, Curve], level: float = 0.95) -> pl.DataFrame:
+    """Per curve: mean ± std over its runs of (run quality − reference fit at the run's own skip), with a t
+    interval at ``level``; runs outside the reference's skip range are counted in ``n_outside``.
+    ``reference_resid_std``: std of the reference runs around their own fit."""
+    rows = []
+    for c in all_curves:
+        ref = references.get(c.key["backbone"])
+        if ref is None or c is ref or c.run_skip is None or ref.run_skip is None or not ref.interpolable:
+            continue
+        resid = np.asarray(c.run_quality, dtype=float) - ref.at(c.run_skip)
+        inside = resid[~np.isnan(resid)]
+        own = np.asarray(ref.run_quality, dtype=float) - ref.at(ref.run_skip)
+        n = len(inside)
+        mean = float(inside.mean()) if n else None
+        std = float(inside.std(ddof=1)) if n > 1 else None
+        half = t_quantile(level, n - 1) * std / np.sqrt(n) if std is not None else None
+        rows.append({**c.key, "reference": ref.label, "metric": c.metric, "n": n, "n_outside": len(resid) - n,
+                     "mean": mean, "std": std, "ci_lo": None if half is None else mean - half,
+                     "ci_hi": None if half is None else mean + half,
+                     "reference_resid_std": float(own.std(ddof=1)) if len(own) > 1 else None})
+    return _frame(rows, {"reference": pl.String, "metric": pl.String, "n": pl.Int64, "n_outside": pl.Int64,
+                         "mean": pl.Float64, "std": pl.Float64, "ci_lo": pl.Float64, "ci_hi": pl.Float64,
+                         "reference_resid_std": pl.Float64})
 
 
 def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:

@@ -7,9 +7,10 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   (``analysis.tables``), each with its named Retain baseline and task set;
 * ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``),
   including runs without task scores (skip statistics only);
-* ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv`` — quality–cost curves,
-  comparisons at matched skip (by default at the reference curve's points, or at the
-  calibration targets when runs used ``alpha=calibrated``) and areas between curves
+* ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv``, ``skip_adjusted.csv`` —
+  quality–cost curves, comparisons at matched skip (by default at the reference curve's
+  points, or at the calibration targets when runs used ``alpha=calibrated``), areas between
+  curves, and every run against the reference curve at its own skip, with t intervals
   (``analysis.curves``);
 * ``calibration.{csv,md}`` when runs used ``alpha=calibrated``: realized skip per seed
   against the target;
@@ -35,12 +36,12 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves
+from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves, skip_adjusted
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, load_runs
 from analysis.retain import BaselineError, parse_selector, resolve_baselines, with_retain
 from analysis.stats import summarize
-from analysis.tables import Table, build_table, paper_tables
+from analysis.tables import Table, build_table, close_to, paper_tables
 
 PAPER_MAIN = {"alpha": 1e-3, "memory_dim": 64, "layer_set": "second_half"}
 """The paper's main setting (HERO_SPEC §8): only a tie-break when the records do not decide."""
@@ -72,8 +73,9 @@ most HeRo groups (variant x alpha x memory dim x layer set) share, ties going to
 paper's (alpha 1e-3, memory dim 64, second_half); the choice is printed. When HeRo
 runs used alpha=calibrated, each variant has its own alpha at the same realized skip: the
 main setting is then the calibration target (--main-target, default the target of the most
-calibrated HeRo groups), and Tables 1, 3 and 4 take the HeRo runs calibrated to it whatever
-their alpha; --main-target none keeps the alpha selection."""
+calibrated HeRo groups), Tables 1, 3 and 4 take the HeRo runs calibrated to it whatever
+their alpha, and the main alpha (Table 2's baseline) is full HeRo's calibrated alpha;
+--main-target none keeps the alpha selection."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -203,8 +205,11 @@ def run_report(args: argparse.Namespace) -> dict:
         refs = {m: {} for m in metric_curves}
     matched = pl.concat([matched_skip(c, refs[m], levels) for m, c in metric_curves.items()])
     areas = pl.concat([area_between(c, refs[m]) for m, c in metric_curves.items()])
-    files += [_csv(named(matched), out / "matched_skip.csv"), _csv(named(areas), out / "curve_areas.csv")]
-    (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, curve_base, reference, runs.tasks))
+    adjusted = pl.concat([skip_adjusted(c, refs[m], args.level) for m, c in metric_curves.items()])
+    files += [_csv(named(matched), out / "matched_skip.csv"), _csv(named(areas), out / "curve_areas.csv"),
+              _csv(named(adjusted), out / "skip_adjusted.csv")]
+    (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, adjusted, curve_base, reference,
+                                                           runs.tasks, args.level))
     files.append(out / "matched_skip.md")
     summary.setdefault("curves", {}).update({
         "retain_baseline": {b: {"selector": x.selector, "group": x.label,
@@ -212,6 +217,7 @@ def run_report(args: argparse.Namespace) -> dict:
         "reference": {b: {"selector": reference, "curve": c.label} for b, c in refs["retain"].items()},
         "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
         "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
+        "skip_adjusted_retain": adjusted.filter(pl.col("metric") == "retain").to_dicts(),
     })
     if latency.height:
         files.append(_csv(named(latency), out / "latency.csv"))
@@ -250,9 +256,15 @@ def main_setting(frame: pl.DataFrame, args: argparse.Namespace) -> dict:
         if not counts:
             out[key] = PAPER_MAIN[key]
             continue
+        counts.sort(key=lambda r: r[key])  # ties go to the smallest value, whatever order group_by gave
         best = max(counts, key=lambda r: (r["groups"], r["runs"], r[key] == PAPER_MAIN[key]))
         out[key] = best[key]
     out["target"], target_source = main_target(hero, args.main_target)
+    if args.main_alpha is None and out["target"] is not None:
+        full_at_target = hero.filter((pl.col("variant") == "full") & close_to("calibration.target", out["target"]))
+        alphas = full_at_target["alpha"].unique().to_list()
+        if len(alphas) == 1:  # Table 2's baseline: full HeRo at its calibrated α
+            out["alpha"] = alphas[0]
     out["source"] = {k: "option" if v is not None else "records" for k, v in given.items()}
     out["source"]["target"] = target_source
     return out
@@ -372,7 +384,8 @@ def _write_problems(runs: Runs, out: Path) -> list[Path]:
     return [csv, md]
 
 
-def _matched_markdown(matched: pl.DataFrame, areas: pl.DataFrame, base: dict, reference: str, metrics: dict) -> str:
+def _matched_markdown(matched: pl.DataFrame, areas: pl.DataFrame, adjusted: pl.DataFrame, base: dict, reference: str,
+                      metrics: dict, level: float) -> str:
     lines = ["# Quality at matched skip (monotone fit, interpolated; no extrapolation)", "",
              f"Reference curve: `{reference}`. Retain baselines: "
              + "; ".join(x.describe(metrics) for x in base.values()), "",
@@ -392,6 +405,17 @@ def _matched_markdown(matched: pl.DataFrame, areas: pl.DataFrame, base: dict, re
         area = "no overlap | –" if r["area"] is None else f"{r['area']:.3f} | {r['mean_gap']:+.3f}"
         lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
                      f"{r['metric']} | {r['skip_lo']:.2f}–{r['skip_hi']:.2f} | {area} |")
+    lines += ["", "Skip-adjusted difference: each run of a curve minus the reference fit at that run's own realized "
+                  f"skip, mean ± std over the runs inside the reference's range, {100 * level:g} % t interval (it leaves "
+                  "out the reference fit's own error, of the order of the reference runs' residual std):", "",
+              "| backbone | curve | metric | runs (outside) | difference | interval | reference residual std |",
+              "|---|---|---|---|---|---|---|"]
+    for r in adjusted.iter_rows(named=True):
+        diff = "–" if r["mean"] is None else f"{r['mean']:+.2f}" + ("" if r["std"] is None else f" ± {r['std']:.2f}")
+        ci = "–" if r["ci_lo"] is None else f"{r['ci_lo']:+.2f} to {r['ci_hi']:+.2f}"
+        ref_std = "–" if r["reference_resid_std"] is None else f"{r['reference_resid_std']:.2f}"
+        lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
+                     f"{r['metric']} | {r['n']} ({r['n_outside']}) | {diff} | {ci} | {ref_std} |")
     return "\n".join(lines) + "\n"
 
 

@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from analysis import (BaselineError, build_table, curves, load_runs, matched_skip, monotone_fit, paired_differences,
-                      paper_tables, reference_curves, resolve_baselines, summarize, t_quantile, with_retain)
+                      paper_tables, reference_curves, resolve_baselines, skip_adjusted, summarize, t_quantile,
+                      with_retain)
 from analysis.curves import Curve, area_between
 from analysis.report import main as report_main
 from fixtures.make_records import RunSpec, make_record, write_fixture_set, write_run
@@ -493,3 +494,17 @@ def test_calibrated_variants_form_table3_at_their_target_whatever_their_alpha(tm
     assert capsys.readouterr().err.strip() == ("error: --main-target '20': expected a realized skip rate in (0, 1), "
                                                "e.g. 0.2, or 'none'")
     assert not (tmp_path / "bad").exists()
+
+
+def test_skip_adjusted_difference_takes_each_run_at_its_own_skip():
+    """Runs 2 points under the reference line at skips between its points: −2 exactly; a run beyond the
+    reference's range is counted outside, never extrapolated."""
+    key = {"backbone": "tiny", "method": "hero", "memory_dim": 64, "layer_set": "second_half"}
+    ref_x = np.array([10.0, 20.0, 30.0])
+    ref = Curve({**key, "variant": "full"}, "retain", ref_x, 100 - ref_x, np.ones(3), ref_x, 100 - ref_x)
+    run_x = np.array([15.0, 25.0, 12.0, 40.0])
+    other = Curve({**key, "variant": "no_history"}, "retain", run_x, 98 - run_x, np.ones(4), run_x, 98 - run_x)
+    row = skip_adjusted([ref, other], {"tiny": ref}).row(0, named=True)
+    assert (row["variant"], row["n"], row["n_outside"]) == ("no_history", 3, 1)
+    assert row["mean"] == pytest.approx(-2.0) and row["std"] == pytest.approx(0.0, abs=1e-12)
+    assert row["reference_resid_std"] == pytest.approx(0.0, abs=1e-12)
