@@ -103,6 +103,17 @@ def resolve_alpha(cfg: DictConfig) -> float:
     return calibrated_alpha(cfg)
 
 
+def resolved_config(cfg: DictConfig) -> dict:
+    """The config a run records and hashes: resolved, with α and a baseline's cost knob as numbers (read
+    from the calibration file when ``calibrated``), so that a calibrated run has the hash of its value."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["alpha"] = resolve_alpha(cfg)
+    if cfg.method.name in baselines.BASELINES:
+        name = baselines.KNOBS[cfg.method.name]
+        resolved["method"][name] = baselines.methods.knob_value(cfg)[0]
+    return resolved
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -113,13 +124,9 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Run one job; returns the objective (``cfg.objective``, a dotted path into the record)."""
     start = time.time()
     validate(cfg)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
     print(OmegaConf.to_yaml(cfg, resolve=True), flush=True)
-    alpha = resolve_alpha(cfg)
-    resolved["alpha"] = alpha
-    if cfg.method.name in baselines.BASELINES:
-        name = baselines.KNOBS[cfg.method.name]
-        resolved["method"][name] = baselines.methods.knob_value(cfg)[0]
+    resolved = resolved_config(cfg)
+    alpha = resolved["alpha"]
     chash = config_hash(resolved)
     root = Path(cfg.paths.root)
     run_dir = Path(run_dir or _hydra_run_dir() or root / "runs" / chash)

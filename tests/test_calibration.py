@@ -237,6 +237,17 @@ def test_calibration_file_feeds_a_seeded_multirun(two_variants, micro_cache):
         assert report["target"] == 0.1 and report["realized_skip"] == r["skip"]["param_rate"]
         assert report["study"] == entries[r["variant"]]["study"]
     assert proc.stdout.count("calibration: realized skip") == 4
+    # The same multirun elsewhere, through the HeRo launcher, finds these records by config hash and runs nothing:
+    # the plan hashes the calibrated α as the pipeline does (it used to hash the word "calibrated").
+    fresh = root / "elsewhere"
+    proc = _cli("train.py", ["-m", "ablation=full,no_history", "seed=42,43", "alpha=calibrated",
+                             "calibration.target_skip=0.1", "logger=none", "eval=none", *_micro(fresh, micro_cache),
+                             f"calibration.file={root / 'calibration' / 'calibration.json'}", "hydra/launcher=hero_local",
+                             f"hydra.sweep.dir={fresh / 'sweep'}", f"hydra.launcher.records_root={root / 'multirun'}"],
+                root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads(next((fresh / "sweep" / "manifests").glob("*.json")).read_text())
+    assert (manifest["n_skipped"], manifest["n_submitted"]) == (4, 0)
 
 
 def _study_states(db: Path) -> list[tuple[str, float]]:

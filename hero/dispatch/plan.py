@@ -61,15 +61,7 @@ def plan_job(hydra_context: Any, config: Any, overrides: Sequence[str], num: int
         task = copy.deepcopy(cfg)
         with read_write(task), open_dict(task):
             del task["hydra"]
-        try:
-            container = OmegaConf.to_container(task, resolve=True)
-        except Exception:  # noqa: BLE001 - unresolvable outside a job: hash the raw config
-            container = OmegaConf.to_container(task, resolve=False)
-        if isinstance(container, dict) and "alpha" in container:
-            try:  # hero.pipeline hashes the numeric α it resolved
-                container["alpha"] = float(container["alpha"])
-            except (TypeError, ValueError):
-                pass
+        container = _hashed_config(task)
         chash = config_hash(container)
         force = bool(container.get("force", False)) if isinstance(container, dict) else False
         objective_key = container.get("objective") if isinstance(container, dict) else None
@@ -88,6 +80,29 @@ def plan_job(hydra_context: Any, config: Any, overrides: Sequence[str], num: int
     return {"num": num, "overrides": list(overrides), "subdir": subdir, "output_dir": str(out.absolute()),
             "launch_hash": chash, "index_file": entry, "force": force,
             "objective_key": objective_key if isinstance(objective_key, str) else None}
+
+
+def _hashed_config(task: Any) -> Any:
+    """The job's config as hero.pipeline hashes it (α and a calibrated knob resolved to numbers), else, for
+    another task function or a config that does not resolve outside a job, the config as composed."""
+    from omegaconf import OmegaConf
+
+    try:
+        from hero.pipeline import resolved_config
+
+        return resolved_config(task)
+    except Exception:  # noqa: BLE001 - not a HeRo train config, or a lookup the job itself will report
+        pass
+    try:
+        container = OmegaConf.to_container(task, resolve=True)
+    except Exception:  # noqa: BLE001 - unresolvable outside a job: hash the raw config
+        container = OmegaConf.to_container(task, resolve=False)
+    if isinstance(container, dict) and "alpha" in container:
+        try:
+            container["alpha"] = float(container["alpha"])
+        except (TypeError, ValueError):
+            pass
+    return container
 
 
 def settle(plans: list[dict], skip_existing: bool, records_root: Path, stamp: str) -> None:
