@@ -71,9 +71,9 @@ Main setting. --main-alpha, --main-memory-dim and --main-layer-set default to th
 records: the value the scored HeRo runs share when there is one, else the value the
 most HeRo groups (variant x alpha x memory dim x layer set) share, ties going to the
 paper's (alpha 1e-3, memory dim 64, second_half); the choice is printed. When HeRo
-runs used alpha=calibrated, each variant has its own alpha at the same realized skip: the
-main setting is then the calibration target (--main-target, default the target of the most
-calibrated HeRo groups), Tables 1, 3 and 4 take the HeRo runs calibrated to it whatever
+runs used alpha=calibrated, each variant has its own alpha at the same realized skip: when
+more HeRo groups are calibrated to one target than share the main alpha, the main setting
+is that calibration target (or --main-target), Tables 1, 3 and 4 take the HeRo runs calibrated to it whatever
 their alpha, and the main alpha (Table 2's baseline) is full HeRo's calibrated alpha;
 --main-target none keeps the alpha selection."""
 
@@ -260,6 +260,11 @@ def main_setting(frame: pl.DataFrame, args: argparse.Namespace) -> dict:
         best = max(counts, key=lambda r: (r["groups"], r["runs"], r[key] == PAPER_MAIN[key]))
         out[key] = best[key]
     out["target"], target_source = main_target(hero, args.main_target)
+    if target_source == "records" and out["target"] is not None:
+        at_alpha = hero.filter(close_to("alpha", out["alpha"])).select(KEYS).unique().height
+        at_target = hero.filter(close_to("calibration.target", out["target"])).select(KEYS).unique().height
+        if at_target <= at_alpha:  # more (or as many) HeRo groups share the main α: it stays the main setting
+            out["target"] = None
     if args.main_alpha is None and out["target"] is not None:
         full_at_target = hero.filter((pl.col("variant") == "full") & close_to("calibration.target", out["target"]))
         alphas = full_at_target["alpha"].unique().to_list()

@@ -469,22 +469,24 @@ def test_a_calibrated_alpha_is_its_own_table2_baseline_and_can_be_typed_back(tmp
 
 
 def test_calibrated_variants_form_table3_at_their_target_whatever_their_alpha(tmp_path, capsys):
-    """alpha=calibrated gives each variant its own α at one realized skip: Table 3 takes them by target, not
-    by the α the most groups share (here the uncalibrated curve points); --main-target none goes back to α."""
+    """alpha=calibrated gives each variant its own α at one realized skip: when more groups are calibrated to
+    the target (3) than share an α (2 curve points), Table 3 takes them by target; --main-target none goes back
+    to α. (With as many groups at an α, the α stays the main setting: tests/test_newcomer.py.)"""
     calibrated = {"calibration": {"target": 0.2, "tolerance": 0.005}}
     for seed in (42, 43):
         write_run(tmp_path, RunSpec(scores=dict(TASK_BASE_SMALL), skip=0.0, method="dense", variant="dense",
                                     alpha=0.0, seed=seed))
-        for variant, alpha in (("full", 0.0065), ("no_history", 0.004)):
+        for variant, alpha in (("full", 0.0065), ("no_history", 0.004), ("no_memory_read", 0.005)):
             write_run(tmp_path, RunSpec(scores={t: v * 0.9 for t, v in TASK_BASE_SMALL.items()}, skip=0.2,
                                         variant=variant, alpha=alpha, seed=seed, extra=calibrated))
-            for grid_alpha in ((0.002, 0.02) if variant == "full" else (0.002,)):
+            for grid_alpha in ((0.002, 0.02) if variant == "full" else (0.002,) if variant == "no_history" else ()):
                 write_run(tmp_path, RunSpec(scores={t: v * 0.8 for t, v in TASK_BASE_SMALL.items()}, skip=0.1,
                                             variant=variant, alpha=grid_alpha, seed=seed))
     assert report_main([str(tmp_path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     assert "target=0.2" in capsys.readouterr().out
     rows = {r["variant"]: r for r in csv.DictReader((tmp_path / "out" / "table3_ablations.csv").open())}
-    assert {v: r["alpha"] for v, r in rows.items()} == {"full": "0.0065", "no_history": "0.004"}
+    assert {v: r["alpha"] for v, r in rows.items()} == {"full": "0.0065", "no_history": "0.004",
+                                                         "no_memory_read": "0.005"}
     assert "calibrated to 20 % skip" in (tmp_path / "out" / "table3_ablations.md").read_text()
     assert report_main([str(tmp_path), "--out", str(tmp_path / "alpha"), "--no-plots", "--main-target", "none"]) == 0
     rows = list(csv.DictReader((tmp_path / "alpha" / "table3_ablations.csv").open()))
