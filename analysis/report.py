@@ -251,14 +251,8 @@ def main_setting(frame: pl.DataFrame, args: argparse.Namespace) -> dict:
         if value is not None:
             out[key] = value
             continue
-        counts = (hero.filter(pl.col(key).is_not_null()).group_by(key)
-                  .agg(pl.struct(*KEYS).n_unique().alias("groups"), pl.len().alias("runs")).to_dicts())
-        if not counts:
-            out[key] = PAPER_MAIN[key]
-            continue
-        counts.sort(key=lambda r: r[key])  # ties go to the smallest value, whatever order group_by gave
-        best = max(counts, key=lambda r: (r["groups"], r["runs"], r[key] == PAPER_MAIN[key]))
-        out[key] = best[key]
+        best = most_shared(hero, key, prefer=PAPER_MAIN[key])
+        out[key] = PAPER_MAIN[key] if best is None else best
     out["target"], target_source = main_target(hero, args.main_target)
     if target_source == "records" and out["target"] is not None:
         at_alpha = hero.filter(close_to("alpha", out["alpha"])).select(KEYS).unique().height
@@ -300,12 +294,17 @@ def main_target(hero: pl.DataFrame, option: str | None) -> tuple[float | None, s
         return given, "option"
     if "calibration.target" not in hero.columns:
         return None, "records"
-    calibrated = hero.filter(pl.col("calibration.target").is_not_null())
-    if calibrated.height == 0:
-        return None, "records"
-    counts = (calibrated.group_by(pl.col("calibration.target").cast(pl.Float64).alias("target"))
+    return most_shared(hero.with_columns(pl.col("calibration.target").cast(pl.Float64)), "calibration.target"), "records"
+
+
+def most_shared(runs: pl.DataFrame, column: str, prefer: object = None):
+    """The value of ``column`` that the most groups (``KEYS``) share, then the most runs, then ``prefer``,
+    then the smallest (whatever order group_by gave); ``None`` when no run has one."""
+    counts = (runs.filter(pl.col(column).is_not_null()).group_by(column)
               .agg(pl.struct(*KEYS).n_unique().alias("groups"), pl.len().alias("runs")).to_dicts())
-    return max(counts, key=lambda r: (r["groups"], r["runs"], -r["target"]))["target"], "records"
+    counts.sort(key=lambda r: r[column])
+    best = max(counts, key=lambda r: (r["groups"], r["runs"], r[column] == prefer), default=None)
+    return None if best is None else best[column]
 
 
 def provider_hint(selector: str, table: int | None, main: dict) -> str:

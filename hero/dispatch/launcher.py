@@ -159,7 +159,6 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
                     f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}")))
         return returns
 
-
     def _submit(self, executor: Any, job: Any, args: list[tuple]) -> list[Any]:
         """Submit every job: one array, or, on the local executor with ``array_parallelism`` below the
         number of jobs, one job at a time as slots free (this returns when the last one has started)."""
