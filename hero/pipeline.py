@@ -201,7 +201,7 @@ def _execute(cfg, backbone, layers, alpha, chash, root, run_dir, cache_root, bed
     record = {
         "schema_version": SCHEMA_VERSION, "status": "completed", "method": method, "variant": cfg.variant,
         "ablation": cfg.variant, "backbone": cfg.model.name, "seed": cfg.seed, "alpha": alpha,
-        "layer_set": cfg.layers.name, "routable_layers": layers,
+        "layer_set": cfg.layers.name, "routable_layers": layers, "bed": bed.provenance() if bed is not None else None,
         "router": OmegaConf.to_container(cfg.router, resolve=True), "memory_dim": cfg.router.memory_dim,
         "eval": scores, "eval_meta": meta, "train": summary.as_record() if summary else None, "error": None,
     }

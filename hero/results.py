@@ -13,6 +13,8 @@ trial, benchmark — writes one record with these top-level fields:
     alpha           float    skip-loss weight α actually used (0.0 for baselines)
     layer_set       str      "second_half" | "from_9" | "all" | "explicit"
     routable_layers list[int]  0-based backbone layer indices
+    bed             dict|None  the built bed the run trained and was scored on (testbed: recipe_hash;
+                             smollm2: gguf_sha256, data_hash); None on a hub backbone
     router          dict     resolved router options (position_state, aux_state,
                              history_branch, memory_read, memory_dim, ...)
     memory_dim      int

@@ -63,7 +63,7 @@ def _record(root: Path) -> dict:
     return json.loads(found[0].read_text())
 
 
-def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, tmp_path):
+def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, micro_cache, tmp_path):
     objective = run(compose_train(micro_overrides + [MICRO_RETAIN]), run_dir=tmp_path / "run")
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     for field in RECORD_FIELDS:
@@ -76,6 +76,8 @@ def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, tmp_path):
     assert record["retain"]["baseline"] == "dense" and record["retain"]["tasks"] == ["heldout_ppl"]
     assert record["retain"]["value"] > 0 and "fact_select" in record["eval_meta"]["diagnostic_metric"]
     assert set(record["skip"]["by_token_type"]) == {"plain", "fact_answer", "fact_other", "arith_answer", "arith_operand"}
+    assert record["bed"]["name"] == "testbed"
+    assert (micro_cache / "testbed" / record["bed"]["recipe_hash"] / "manifest.json").is_file()
     assert (tmp_path / "run" / "router" / "hero_router.safetensors").is_file()
 
 

@@ -184,6 +184,8 @@ def test_end_to_end_run_on_the_micro_bed(micro_bed, tmp_path):
     assert 0 < record["eval"]["heldout_ppl"]["inv_ppl"] < 1 and record["retain"]["value"] > 0
     assert set(record["skip"]["by_token_type"]) == set(TOKEN_CLASSES)
     assert record["eval_meta"]["tasks"]["answer"]["n_samples"]["effective"] == 6
+    assert record["bed"] == {"name": "smollm2", "gguf_sha256": micro_bed.gguf_sha256,
+                             "data_hash": micro_bed.manifest["data_hash"]}
 
 
 def test_the_cpu_experiment_trains_one_pass_over_the_sampled_conversations():

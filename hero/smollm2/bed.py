@@ -66,6 +66,10 @@ class SmolLM2Bed:
     gguf_sha256: str
     manifest: dict
 
+    def provenance(self) -> dict:
+        """What a run record names as the bed it ran on: the GGUF file's sha256 and the data hash."""
+        return {"name": "smollm2", "gguf_sha256": self.gguf_sha256, "data_hash": self.manifest["data_hash"]}
+
 
 def data_hash(recipe: DataRecipe) -> str:
     digest = hashlib.sha256(json.dumps(asdict(recipe), sort_keys=True).encode())

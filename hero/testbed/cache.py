@@ -35,6 +35,10 @@ class Testbed:
     recipe_hash: str
     manifest: dict
 
+    def provenance(self) -> dict:
+        """What a run record names as the bed it ran on: the recipe hash (backbone, data and tasks)."""
+        return {"name": "testbed", "recipe_hash": self.recipe_hash}
+
     def load_backbone(self, dtype: torch.dtype = torch.float32):
         """The pretrained backbone (``LlamaForCausalLM``) in eval mode."""
         from transformers import AutoModelForCausalLM
