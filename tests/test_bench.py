@@ -322,3 +322,30 @@ def test_cli_smoke_writes_valid_records(tmp_path):
     decode = full["results"]["decode"]["b1_p4"]
     assert decode["ideal_kind"] in ("flops", "bytes") and 0 <= decode["bytes"]["ffn_blocks"] <= 2
     assert "hero.bench:" in proc.stdout and "measured/ideal" in proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------- overhead
+def test_overhead_rows_carry_both_floors_of_the_router_cost(tmp_path):
+    """hero.bench.overhead: every FFN executed, so routed bytes = dense bytes + the router's weights and state."""
+    from hero.bench import overhead
+
+    out = tmp_path / "overhead.json"
+    argv = ["--hidden", "64", "--layers", "4", "--intermediate", "160", "--heads", "4", "--vocab", "128",
+            "--shapes", "1x16", "--decode", "2", "--prompt", "5", "--steps", "3", "--repeats", "1", "--warmup", "0",
+            "--json", str(out)]
+    overhead.main(argv)  # exit code: whether the goal was met, which a machine this small cannot promise
+    rows = {r["phase"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"prefill", "decode"}
+    dense, routed = overhead.build_models(64, 4, 160, 4, 4, 128)
+    shape = flops.Shape.from_config(dense.config)
+    c = routed.hero_config
+    router_params = sum(p.numel() for p in routed.hero_router.parameters())
+    per_row = traffic.router_state_elements(shape, c.memory_dim)
+    # one decode pass: 2 new tokens; their sequences read 5 cached + 1 new position on average over the 3 steps,
+    # prompt 5: contexts 6, 7, 8 per sequence
+    kv_read = 2 * (6 + 7 + 8) / 3
+    base = traffic.dense_bytes(shape, 2, kv_read, 2, 4)
+    extra = 2 * (router_params + 2 * per_row) * 4
+    assert rows["decode"]["bytes_floor"] == pytest.approx((base + extra) / base)
+    for row in rows.values():  # at d = 64 the paper-sized router (heads of 256) outweighs the backbone
+        assert 1.0 < row["flop_floor"] < 4 and 1.0 < row["bytes_floor"] < 4 and row["ratio"] > 0

@@ -25,7 +25,7 @@ import sys
 
 import torch
 
-from hero.bench import flops
+from hero.bench import flops, traffic
 from hero.bench.timing import interleaved, summary
 
 GOAL = 1.05
@@ -102,16 +102,29 @@ def measure_decode(dense, routed, batch: int, prompt: int, steps: int, repeats: 
         executed = torch.stack([r.ffn_executed for r in hero.last_records(routed)])
     assert bool(executed.all()), "forced policy did not execute every FFN"
     context = batch * sum(prompt + t + 1 for t in range(steps))
-    return _row(dense, routed, times, batch, prompt, batch * steps, context, batch * steps, "decode")
+    return _row(dense, routed, times, batch, prompt, batch * steps, context, batch * steps, "decode", passes=steps)
 
 
-def _row(dense, routed, times: dict, batch: int, seq: int, tokens: int, context: int, logits: int, phase: str) -> dict:
+def _row(dense, routed, times: dict, batch: int, seq: int, tokens: int, context: int, logits: int, phase: str,
+         passes: int = 1) -> dict:
+    """One measured shape: medians, ratio, and the two floors of the router's own cost (every FFN executed).
+
+    ``passes`` forward passes make up one timed run (decode: one per step); the bytes floor is per pass.
+    """
     shape = flops.Shape.from_config(dense.config)
-    adapter_dim = routed.hero_config.resolved_adapter_dim(shape.hidden)
-    fl = flops.breakdown(shape, routed.hero_config, adapter_dim, tokens, context, logits, [0] * len(routed.hero_layers))
+    config = routed.hero_config
+    adapter_dim = config.resolved_adapter_dim(shape.hidden)
+    fl = flops.breakdown(shape, config, adapter_dim, tokens, context, logits, [0] * len(routed.hero_layers))
+    elem = next(dense.parameters()).element_size()
+    by = traffic.breakdown(shape, tokens // passes, context / passes, logits // passes, elem,
+                           num_routable=len(routed.hero_layers), ffn_blocks=len(routed.hero_layers), adapter_blocks=0,
+                           adapter_dim=adapter_dim, adapter_elem=elem,
+                           router_params=sum(p.numel() for p in routed.hero_router.parameters()),
+                           memory_dim=config.memory_dim if config.history_branch and config.memory_read else 0)
     d, r = summary(times["dense"]), summary(times["routed"])
     return {"phase": phase, "batch": batch, "seq": seq, "dense": d, "routed": r, "ratio": r["median_s"] / d["median_s"],
-            "ratio_min": r["min_s"] / d["min_s"], "flop_floor": 1.0 / fl["ideal_speedup"]}
+            "ratio_min": r["min_s"] / d["min_s"], "flop_floor": 1.0 / fl["ideal_speedup"],
+            "bytes_floor": 1.0 / by["ideal_speedup"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         status = "ok" if row["ratio"] <= GOAL else f"ABOVE goal {GOAL}"
         what = f"prefill batch {b:>2} seq {t:>5}" if phase == "prefill" else f"decode  batch {b:>2} ({args.steps} steps)"
         print(f"  {what}: dense {row['dense']['median_s'] * 1e3:8.2f} ms  routed {row['routed']['median_s'] * 1e3:8.2f} ms  "
-              f"ratio {row['ratio']:.3f} (min/min {row['ratio_min']:.3f}, FLOP floor {row['flop_floor']:.3f})  {status}")
+              f"ratio {row['ratio']:.3f} (min/min {row['ratio_min']:.3f}, FLOP floor {row['flop_floor']:.3f}, "
+              f"bytes floor {row['bytes_floor']:.3f})  {status}")
         sys.stdout.flush()
     if args.json:
         from hero.results import write_atomic

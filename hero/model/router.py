@@ -9,6 +9,7 @@ difference nearly equal residual vectors, and the memory accumulates over depth.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -77,6 +78,18 @@ class RMSNorm(nn.Module):
 
 def mlp(d_in: int, d_hidden: int, d_out: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(d_in, d_hidden), nn.SiLU(), nn.Linear(d_hidden, d_out))
+
+
+def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` without nn.Module's call machinery: the router runs ~10 small layers per
+    routable block and decision, where the per-call overhead is a measurable share of a decode step."""
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def run_mlp(net: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``net(x)`` for an ``mlp`` (Linear, SiLU, Linear), the same ops called directly."""
+    first, _, last = net
+    return linear(last, F.silu(linear(first, x)))
 
 
 class Router(nn.Module):
@@ -153,10 +166,10 @@ class Router(nn.Module):
             delta = torch.zeros_like(hbar)
         else:
             delta = hbar - carry.prev_hbar
-        dist = delta.norm(dim=-1)
+        dist = torch.linalg.vector_norm(delta, dim=-1)
         if j > 2:
             dot = (delta * carry.prev_delta).sum(-1)
-            gamma = dot / (dist * carry.prev_delta.norm(dim=-1) + self.config.eps)
+            gamma = dot / (dist * torch.linalg.vector_norm(carry.prev_delta, dim=-1) + self.config.eps)
         else:
             gamma = torch.zeros(n, dtype=hbar.dtype, device=hbar.device)
         r = torch.full((n,), j / L, dtype=hbar.dtype, device=hbar.device)
@@ -174,7 +187,10 @@ class Router(nn.Module):
         rho: scalar forget factor ρ_j of this block.
         """
         c = self.config
-        with torch.autocast(device_type=hbar.device.type, enabled=False):
+        device = hbar.device.type
+        # fp32 under autocast; outside autocast the switch itself is skipped (it costs a decode step time).
+        fp32 = torch.autocast(device_type=device, enabled=False) if torch.is_autocast_enabled(device) else contextlib.nullcontext()
+        with fp32:
             hbar = hbar.float()
             x_path, delta = self.path_vector(j, hbar, carry)
             normed = self.norm(hbar)
@@ -183,28 +199,28 @@ class Router(nn.Module):
                 # both start with Linear + SiLU: one fused matmul, split afterwards.
                 local_hidden, content_hidden = self._fused_first_layer(normed)
             else:
-                local_hidden = F.silu(self.local_head[0](normed))
-            b = self.local_head[2](local_hidden).squeeze(-1)
+                local_hidden = F.silu(linear(self.local_head[0], normed))
+            b = linear(self.local_head[2], local_hidden).squeeze(-1)
             if not c.history_branch:
                 a = torch.zeros_like(b)
                 read = hbar.new_zeros((hbar.shape[0], c.memory_dim))
                 nu = torch.zeros_like(b)
                 S, zeta = carry.S, carry.zeta
             else:
-                z_h = self.content_up(content_hidden)
+                z_h = linear(self.content_up, content_hidden)
                 if c.aux_state:
                     features = x_path if len(c.path_features) == x_path.shape[-1] else x_path[:, list(c.path_features)]
-                    z_a = self.path_encoder(features)
+                    z_a = run_mlp(self.path_encoder, features)
                     s = torch.cat([z_h, z_a], dim=-1)
                 else:
                     s = z_h
-                q, k, v = self.qkv(s).chunk(3, dim=-1)
+                q, k, v = linear(self.qkv, s).chunk(3, dim=-1)
                 if c.memory_read and j > 1:
                     read, nu = self.read(s, q, carry)
                 else:
                     read = s.new_zeros((s.shape[0], c.memory_dim))
                     nu = s.new_zeros(s.shape[0])
-                a = self.history_head(torch.cat([s, read, nu.unsqueeze(-1)], dim=-1)).squeeze(-1)
+                a = run_mlp(self.history_head, torch.cat([s, read, nu.unsqueeze(-1)], dim=-1)).squeeze(-1)
                 if c.memory_read and j < self.num_routable:
                     S, zeta = self.write(carry, k, v, rho, first=j == 1)
                 else:
@@ -244,7 +260,7 @@ class Router(nn.Module):
         numerator = torch.bmm(fq.unsqueeze(1), carry.S).squeeze(1)
         denominator = (fq * carry.zeta).sum(-1, keepdim=True) + self.config.eps
         read = numerator / denominator
-        nu = 1.0 - F.cosine_similarity(self.W_n(s), self.W_c(read), dim=-1, eps=self.config.eps)
+        nu = 1.0 - F.cosine_similarity(linear(self.W_n, s), linear(self.W_c, read), dim=-1, eps=self.config.eps)
         return read, nu
 
     def write(self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor,
