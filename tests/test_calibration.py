@@ -16,7 +16,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO, compose_train
-from hero.calibration.file import CalibrationLookupError, calibrated_alpha, setup_hash, setup_of, write_entry
+from hero.calibration.file import CalibrationLookupError, calibrated_alpha, finished_entry, setup_hash, setup_of, \
+    write_entry
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec
 
@@ -123,6 +124,24 @@ def test_calibration_file_lookup_and_clear_errors(tmp_path):
                                         "router.memory_dim=128"]))
 
 
+def test_finished_entry_needs_the_same_key_setup_seed_trial_length_and_tolerance(tmp_path):
+    path = tmp_path / "cal.json"
+    setup = setup_of(compose_train([]))
+    entry = {"backbone": "tiny", "layer_set": "second_half", "variant": "full", "target_skip": 0.06, "alpha": 0.001,
+             "realized_skip": 0.0627, "abs_error": 0.0027, "tolerance": 0.005, "trials": 1, "study": "s", "seed": 42,
+             "trial_steps": 90, "setup_hash": setup_hash(setup), "setup": setup}
+    write_entry(path, entry)
+    key = {k: entry[k] for k in ("backbone", "layer_set", "variant", "target_skip")}
+    assert finished_entry(path, key, setup_hash(setup), 42, 90, 0.005)["alpha"] == 0.001
+    assert finished_entry(tmp_path / "none.json", key, setup_hash(setup), 42, 90, 0.005) is None
+    assert finished_entry(path, {**key, "variant": "no_history"}, setup_hash(setup), 42, 90, 0.005) is None
+    assert finished_entry(path, {**key, "target_skip": 0.2}, setup_hash(setup), 42, 90, 0.005) is None
+    assert finished_entry(path, key, "0" * 12, 42, 90, 0.005) is None           # another router / recipe
+    assert finished_entry(path, key, setup_hash(setup), 43, 90, 0.005) is None  # calibrated at another seed
+    assert finished_entry(path, key, setup_hash(setup), 42, 45, 0.005) is None  # shortened trials
+    assert finished_entry(path, key, setup_hash(setup), 42, 90, 0.002) is None  # a tighter tolerance
+
+
 class FakeJob:
     """A trial that finishes after ``ticks`` polls, with the logistic response at its α."""
 
@@ -220,6 +239,22 @@ def test_two_variants_reach_the_tolerance(two_variants):
         assert best.params["alpha"] == entry["alpha"] and best.user_attrs["skip"] == entry["realized_skip"]
         assert study.user_attrs["target_skip"] == 0.1 and study.user_attrs["sampler"] == "monotone"
     assert entries["full"]["alpha"] != entries["no_history"]["alpha"]
+
+
+def test_rerun_keeps_what_the_calibration_file_holds(two_variants, micro_cache):
+    """The same command again trains no trial: a study's calibrate command resumes from its committed file."""
+    root, _, _ = two_variants
+    path = root / "calibration" / "calibration.json"
+    before = path.read_bytes()
+    trials = {e["study"]: len(optuna.load_study(study_name=e["study"], storage=f"sqlite:///{root}/calibration/optuna.db")
+                              .trials) for e in json.loads(before)["entries"]}
+    proc = _cli("calibrate.py", ["ablation=full,no_history", "target_skip=0.1", "calibration.tolerance=0.05",
+                                 *_micro(root, micro_cache)], root)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kept full@0.1: alpha=" in proc.stdout and "kept no_history@0.1: alpha=" in proc.stdout
+    assert "started" not in proc.stdout and path.read_bytes() == before
+    for study, count in trials.items():
+        assert len(optuna.load_study(study_name=study, storage=f"sqlite:///{root}/calibration/optuna.db").trials) == count
 
 
 def test_calibration_file_feeds_a_seeded_multirun(two_variants, micro_cache):

@@ -6,9 +6,9 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hero.calibration.knobs import knob_of
-from hero.calibration.file import backbone_key, layer_key, setup_hash, setup_of, write_entry
+from hero.calibration.file import backbone_key, finished_entry, layer_key, setup_hash, setup_of, write_entry
 from hero.calibration.storage import mask_secrets, open_storage, storage_spec
-from hero.calibration.study import Calibration, Plan
+from hero.calibration.study import Calibration, Outcome, Plan
 from hero.calibration.trials import executor_kind, full_steps, make_executor, param_ceiling, trial_steps
 from hero.errors import ConfigError
 
@@ -62,6 +62,18 @@ def calibrate(configs: list[DictConfig]) -> int:
     first = configs[0]
     ccfg = first.calibration
     plans = [plan for cfg in configs for plan in plans_for(cfg)]
+    kept = [kept_outcome(plan, float(ccfg.tolerance)) for plan in plans] if ccfg.resume else [None] * len(plans)
+    for outcome in filter(None, kept):
+        plan = outcome.plan
+        print(f"kept {plan.variant}@{plan.target:g}: {plan.knob.name}={outcome.alpha:.6g} gave skip {outcome.skip:.4f} "
+              f"after {outcome.trials} trial(s), as {plan.cfg.calibration.file} says (calibration.resume=false "
+              "calibrates it again)", flush=True)
+    plans = [plan for plan, outcome in zip(plans, kept) if outcome is None]
+    kept = [outcome for outcome in kept if outcome is not None]
+    if not plans:
+        print(summary(kept, float(ccfg.tolerance)), flush=True)
+        print(f"calibration file: {first.calibration.file}", flush=True)
+        return 0
     spec = storage_spec(ccfg.storage, ccfg.dir)
     launcher = first.hydra.get("launcher") if "hydra" in first else None
     kind = executor_kind(ccfg, launcher)
@@ -85,11 +97,23 @@ def calibrate(configs: list[DictConfig]) -> int:
             "study": plan.name, "storage": spec.display, "sampler": ccfg.sampler, "seed": int(plan.cfg.seed),
             "trial_steps": plan.steps, "full_steps": plan.full_steps, "max_param_rate": plan.max_param_rate,
             "setup_hash": plan.meta["setup_hash"], "setup": setup_of(plan.cfg)})
-    print(summary(outcomes, float(ccfg.tolerance)), flush=True)
+    print(summary(kept + outcomes, float(ccfg.tolerance)), flush=True)
     print(f"calibration file: {first.calibration.file}", flush=True)
     for line in failed:
         print(f"error: {line}", flush=True)
     return 1 if failed else 0
+
+
+def kept_outcome(plan: Plan, tolerance: float) -> Outcome | None:
+    """The plan's outcome as the calibration file already holds it (``finished_entry``), or None."""
+    key = {"backbone": plan.meta["backbone"], "layer_set": plan.meta["layer_set"], "variant": plan.variant,
+           "target_skip": plan.target}
+    entry = finished_entry(plan.cfg.calibration.file, key, plan.meta["setup_hash"], int(plan.cfg.seed), plan.steps,
+                           tolerance)
+    if entry is None:
+        return None
+    value = entry["alpha"] if plan.knob.name == "alpha" else entry["value"]
+    return Outcome(plan, float(value), float(entry["realized_skip"]), int(entry["trials"]))
 
 
 def summary(outcomes, tolerance: float) -> str:

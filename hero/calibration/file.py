@@ -114,6 +114,21 @@ def write_entry(path: str | Path, entry: dict) -> Path:
         return write_atomic(path, {"schema_version": SCHEMA_VERSION, "entries": [*kept, entry]})
 
 
+def finished_entry(path: str | Path, key: dict, setup_hash_: str, seed: int, trial_steps: int,
+                   tolerance: float) -> dict | None:
+    """The entry that makes calibrating ``key`` again unnecessary, or None.
+
+    It must match the key (backbone, layer set, variant, target), the setup, the seed and the trial
+    length, and lie within ``tolerance`` of the target: a rerun of a study's calibrate command then
+    keeps what the committed file already holds instead of training its trials again.
+    """
+    for entry in reversed(read_entries(path)):
+        if (_same_key(entry, key) and entry["setup_hash"] == setup_hash_ and entry["seed"] == seed
+                and entry["trial_steps"] == trial_steps and entry["abs_error"] <= tolerance):
+            return entry
+    return None
+
+
 def _describe(entries: list[dict]) -> str:
     if not entries:
         return "nothing"
