@@ -120,7 +120,7 @@ def _row(dense, routed, times: dict, batch: int, seq: int, tokens: int, context:
                            num_routable=len(routed.hero_layers), ffn_blocks=len(routed.hero_layers), adapter_blocks=0,
                            adapter_dim=adapter_dim, adapter_elem=elem,
                            router_params=sum(p.numel() for p in routed.hero_router.parameters()),
-                           memory_dim=config.memory_dim if config.history_branch and config.memory_read else 0)
+                           memory_dim=config.carried_memory_dim)
     d, r = summary(times["dense"]), summary(times["routed"])
     return {"phase": phase, "batch": batch, "seq": seq, "dense": d, "routed": r, "ratio": r["median_s"] / d["median_s"],
             "ratio_min": r["min_s"] / d["min_s"], "flop_floor": 1.0 / fl["ideal_speedup"],

@@ -181,7 +181,7 @@ class Bench:
         self.elem = next(dense.parameters()).element_size()
         self.adapter_elem = blocks[0].adapter.W1.weight.element_size()
         c = self.router_config
-        self.memory_dim = c.memory_dim if c.history_branch and c.memory_read else 0
+        self.memory_dim = c.carried_memory_dim
 
     def counter(self) -> SkipCount:
         return SkipCount(self.layers, self.ffn_params, self.total_params)

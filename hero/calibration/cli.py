@@ -70,10 +70,20 @@ def calibrate(configs: list[DictConfig]) -> int:
               "calibrates it again)", flush=True)
     plans = [plan for plan, outcome in zip(plans, kept) if outcome is None]
     kept = [outcome for outcome in kept if outcome is not None]
-    if not plans:
-        print(summary(kept, float(ccfg.tolerance)), flush=True)
-        print(f"calibration file: {first.calibration.file}", flush=True)
-        return 0
+    outcomes, failed = run_studies(first, plans) if plans else ([], [])
+    print(summary(kept + outcomes, float(ccfg.tolerance)), flush=True)
+    print(f"calibration file: {first.calibration.file}", flush=True)
+    for line in failed:
+        print(f"error: {line}", flush=True)
+    return 1 if failed else 0
+
+
+def run_studies(first: DictConfig, plans: list[Plan]) -> tuple[list[Outcome], list[str]]:
+    """Run the studies of ``plans`` and add each one that reached a value to the calibration file.
+
+    Returns the outcomes and one line per study that failed.
+    """
+    ccfg = first.calibration
     spec = storage_spec(ccfg.storage, ccfg.dir)
     launcher = first.hydra.get("launcher") if "hydra" in first else None
     kind = executor_kind(ccfg, launcher)
@@ -97,11 +107,7 @@ def calibrate(configs: list[DictConfig]) -> int:
             "study": plan.name, "storage": spec.display, "sampler": ccfg.sampler, "seed": int(plan.cfg.seed),
             "trial_steps": plan.steps, "full_steps": plan.full_steps, "max_param_rate": plan.max_param_rate,
             "setup_hash": plan.meta["setup_hash"], "setup": setup_of(plan.cfg)})
-    print(summary(kept + outcomes, float(ccfg.tolerance)), flush=True)
-    print(f"calibration file: {first.calibration.file}", flush=True)
-    for line in failed:
-        print(f"error: {line}", flush=True)
-    return 1 if failed else 0
+    return outcomes, failed
 
 
 def kept_outcome(plan: Plan, tolerance: float) -> Outcome | None:

@@ -97,6 +97,11 @@ class RouterConfig:
         return self.content_dim + (self.path_dim if self.aux_state else 0)
 
     @property
+    def carried_memory_dim(self) -> int:
+        """d_m of the memory S, ζ the router carries across blocks (eq 12): 0 when it never reads it."""
+        return self.memory_dim if self.history_branch and self.memory_read else 0
+
+    @property
     def path_features(self) -> tuple[int, ...]:
         """Indices of x_path (eq 4) the path encoder reads: all six, or p_hist/m_hist only."""
         return (0, 1, 2, 3, 4, 5) if self.position_state else (4, 5)

@@ -24,7 +24,6 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from hero.model.config import RouterConfig
 from hero.model.router import Carry, Decision, Router, phi
@@ -80,11 +79,6 @@ def build_router(config: RouterConfig, hidden_size: int, num_routable: int) -> t
 
 def router_class(config: RouterConfig) -> type[Router]:
     return {"none": Router, "shuffled": ShuffledHistoryRouter, "random": RandomHistoryRouter}[config.history_control]
-
-
-def novelty(router: Router, s: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
-    """ν_j = 1 − cos(W_n s_j, W_c c_j) (eq 13)."""
-    return 1.0 - F.cosine_similarity(router.W_n(s), router.W_c(read), dim=-1, eps=router.config.eps)
 
 
 @dataclass
@@ -156,7 +150,7 @@ class ShuffledHistoryRouter(Router):
         scores = (carry.S * phi(q).unsqueeze(1)).sum(-1) * weights
         numerator = torch.bmm(scores.unsqueeze(1), carry.zeta).squeeze(1)
         read = numerator / (scores.sum(-1, keepdim=True) + self.config.eps)
-        return read, novelty(self, s, read)
+        return read, self.novelty(s, read)
 
     def write(self, carry: WriteLog, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor,
               first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +227,7 @@ class RandomHistoryRouter(Router):
                 self._track(real)
         noise = torch.randn(s.shape[0], self.config.memory_dim, device=s.device)
         read = carry.read_mean + carry.read_std * noise
-        return read, novelty(self, s, read)
+        return read, self.novelty(s, read)
 
     @torch.no_grad()
     def _track(self, real: torch.Tensor) -> None:

@@ -137,7 +137,7 @@ class Router(nn.Module):
         Variants that never read the memory carry an empty (N, 0, 0) matrix.
         """
         n = hbar.shape[0]
-        d_m = self.config.memory_dim if self.config.history_branch and self.config.memory_read else 0
+        d_m = self.config.carried_memory_dim
         zeros_h = torch.zeros_like(hbar, dtype=torch.float32)
         ones = torch.ones(n, dtype=torch.float32, device=hbar.device)
         return Carry(
@@ -188,7 +188,7 @@ class Router(nn.Module):
         """
         c = self.config
         device = hbar.device.type
-        # fp32 under autocast; outside autocast the switch itself is skipped (it costs a decode step time).
+        # fp32 under autocast; outside autocast the switch is skipped (entering it costs time in every decode step).
         fp32 = torch.autocast(device_type=device, enabled=False) if torch.is_autocast_enabled(device) else contextlib.nullcontext()
         with fp32:
             hbar = hbar.float()
@@ -260,8 +260,11 @@ class Router(nn.Module):
         numerator = torch.bmm(fq.unsqueeze(1), carry.S).squeeze(1)
         denominator = (fq * carry.zeta).sum(-1, keepdim=True) + self.config.eps
         read = numerator / denominator
-        nu = 1.0 - F.cosine_similarity(linear(self.W_n, s), linear(self.W_c, read), dim=-1, eps=self.config.eps)
-        return read, nu
+        return read, self.novelty(s, read)
+
+    def novelty(self, s: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+        """ν_j = 1 − cos(W_n s_j, W_c c_j) (eq 13)."""
+        return 1.0 - F.cosine_similarity(linear(self.W_n, s), linear(self.W_c, read), dim=-1, eps=self.config.eps)
 
     def write(self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor,
               first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
