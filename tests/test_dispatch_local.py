@@ -263,12 +263,7 @@ def test_studies_count_their_jobs_and_compose(study_path):
         for cmd in cmds:
             point = [o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
                      for o in cmd[3:] if not o.startswith("hydra.")]
-            try:
-                compose(config_name="train", overrides=point)
-            except Exception as e:  # noqa: BLE001
-                if "Could not find" in str(e) and "ablation" in str(e) and study["name"] == "controls":
-                    pytest.skip(f"controls variants not in conf/ablation yet: {e}")
-                raise
+            compose(config_name="train", overrides=point)
 
 
 def test_sweep_runner_dry_run_prints_commands_and_count():
@@ -277,6 +272,22 @@ def test_sweep_runner_dry_run_prints_commands_and_count():
     assert r.returncode == 0, r.stderr
     assert "12 job(s) (expected 12)" in r.stdout
     assert "alpha=1e-4,3e-4,5e-4,1e-3" in r.stdout and "hydra.launcher.wait=false" in r.stdout
+
+
+def test_sweep_runs_only_the_named_variants_and_names_the_choices_on_a_typo():
+    study = str(REPO / "sweeps" / "router_memory_smollm2.yaml")
+    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "sweep", study, "--dry-run", "--variants", "dense,lora"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert "44 job(s) (expected 44)" in r.stdout and "running 2 of them (dense,lora): 4 job(s)" in r.stdout
+    cmds = [line for line in r.stdout.splitlines() if line.startswith("$ ")]
+    assert [("method=lora" in c, "method=dense" in c) for c in cmds] == [(True, False), (False, True)]  # study order
+    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "sweep", study, "--dry-run", "--variants", "lora,dens"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == ["ERROR: --variants dens: not in study router_memory_smollm2; its variants "
+                                             "are matched, curves, random_skip, random_skip_curve, skipgpt_rt, "
+                                             "static_drop, lora, dense"]
 
 
 # ----------------------------------------------------------------------------- DDP through train.py

@@ -2,7 +2,7 @@
 
     python -m hero.dispatch status  <manifest or sweep dir> [--json]   # exit 0 done, 1 failures, 3 still running
     python -m hero.dispatch collect <manifest or sweep dir> [--json]   # + records -> <sweep dir>/collected.json
-    python -m hero.dispatch sweep sweeps/<study>.yaml [overrides] [--dry-run] [--wait]
+    python -m hero.dispatch sweep sweeps/<study>.yaml [overrides] [--dry-run] [--wait] [--variants a,b]
 
 A target that is no manifest (or a sweep dir without one) ends in one line and exit 2.
 ``python -m hero.launch`` is the same CLI under its earlier name.
@@ -18,7 +18,7 @@ import sys
 from typing import Sequence
 
 from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, print_summary, status
-from hero.dispatch.studies import load_study, override_key, study_commands, study_size
+from hero.dispatch.studies import load_study, override_key, select_variants, study_commands, study_size
 
 
 def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
@@ -46,14 +46,24 @@ def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
     to_cluster = launcher.startswith("slurm") or launcher == "local"
     if to_cluster and not args.wait and not any(override_key(o) == "hydra.launcher.wait" for o in extra):
         extra.append("hydra.launcher.wait=false")  # submit every variant's array, then return
-    cmds = study_commands(study, extra, args.sweep_root)
     n = study_size(study)
     expected = study.get("expected_jobs")
-    print(f"study {study['name']}: {len(study['variants'])} variant(s), {n} job(s)"
-          + (f" (expected {expected})" if expected is not None else ""))
     if expected is not None and int(expected) != n:
         print(f"ERROR: the study lists {expected} jobs but its grid gives {n}", file=sys.stderr)
         return 2
+    chosen = study
+    if args.variants:
+        try:
+            chosen = select_variants(study, [v for v in args.variants.split(",") if v])
+        except ValueError as err:
+            print(f"ERROR: {err}", file=sys.stderr)
+            return 2
+    print(f"study {study['name']}: {len(study['variants'])} variant(s), {n} job(s)"
+          + (f" (expected {expected})" if expected is not None else ""))
+    if chosen is not study:
+        print(f"running {len(chosen['variants'])} of them ({args.variants}): {study_size(chosen)} job(s)")
+    study = chosen
+    cmds = study_commands(study, extra, args.sweep_root)
     rc = 0
     for cmd in cmds:
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
@@ -80,6 +90,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch
     sp.add_argument("--dry-run", action="store_true", help="print the commands and the job count only")
     sp.add_argument("--wait", action="store_true",
                     help="with a SLURM launcher, wait for each variant's array (default: submit all and return)")
+    sp.add_argument("--variants", default="",
+                    help="comma-separated variant names: run only these (default: every variant)")
     sp.add_argument("--sweep-root", default="multirun/studies")
     args, unknown = ap.parse_known_args(argv)
     if unknown and args.cmd != "sweep":

@@ -5,7 +5,8 @@ A study file holds ``name`` (default: file stem), ``entry`` (default ``train.py`
 ``overrides`` and ``grid``) and ``expected_jobs`` (checked against the grid before anything
 runs). ``study_commands`` turns it into one ``python train.py -m ...`` per variant; later
 overrides replace earlier ones with the same key: study < variant < grid < command line.
-Run one with ``python -m hero.dispatch sweep sweeps/<name>.yaml [overrides]``.
+Run one with ``python -m hero.dispatch sweep sweeps/<name>.yaml [overrides]``; ``--variants a,b``
+runs only those variants (e.g. the baselines while the router variants are still being calibrated).
 """
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ def load_study(path: str | os.PathLike) -> dict:
     study.setdefault("grid", {})
     study.setdefault("variants", [{"name": "main", "overrides": []}])
     return study
+
+
+def select_variants(study: dict, names: Sequence[str]) -> dict:
+    """The study restricted to the named variants, in the study's order; an unknown name is a
+    ValueError naming it and the variants the study has."""
+    have = [v["name"] for v in study["variants"]]
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        raise ValueError(f"--variants {','.join(unknown)}: not in study {study['name']}; "
+                         f"its variants are {', '.join(have)}")
+    return {**study, "variants": [v for v in study["variants"] if v["name"] in names]}
 
 
 def _grid_size(grid: dict) -> int:
