@@ -78,6 +78,20 @@ def test_parallel_proposals_are_spread_inside_the_bracket():
     assert min(abs(a - b) for i, a in enumerate(proposals) for b in proposals[i + 1:]) >= 2.0 / 8 - 1e-9
 
 
+def test_extrapolation_past_the_explored_range_steps_as_far_as_the_secant_says():
+    from hero.calibration.sampler import Point
+
+    # both finished trials under 0.06; the secant through them reaches it 0.067 decades past x = -3, so the
+    # step is min_expand (0.25) — earlier the spacing meant for trials in flight pushed it to 0.75 decades
+    points = [Point(-3.1, 0.055, number=0), Point(-3.0, 0.058, number=1)]
+    assert MonotoneSampler(x0=-3.0).propose(points, 0.06, [], (-6.0, 1.0)) == pytest.approx(-2.75)
+    two = MonotoneSampler(x0=-3.0, parallel=2)
+    first = two.propose(points, 0.06, [], (-6.0, 1.0))
+    assert (first, two.propose(points, 0.06, [first], (-6.0, 1.0))) == pytest.approx((-2.75, -2.5))
+    # no slope yet (one trial): a whole step, as before
+    assert MonotoneSampler(x0=-3.0).propose([Point(-3.0, 0.0652)], 0.06, [], (-6.0, 1.0)) == pytest.approx(-4.0)
+
+
 def test_storage_urls_and_password_masking(tmp_path, monkeypatch):
     assert mask_url("postgresql+psycopg2://me:hunter2@db:5432/optuna") == "postgresql+psycopg2://me:***@db:5432/optuna"
     assert mask_url("sqlite:///x/optuna.db") == "sqlite:///x/optuna.db"

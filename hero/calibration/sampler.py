@@ -11,7 +11,8 @@ as the user attribute ``skip`` and the target the study stored as ``target_skip`
 * all finished trials on one side of the target: extrapolate along the secant of the two
   points nearest the target (at least ``min_expand`` and at most ``step`` decades past the
   explored range, doubling ``step`` after each miss), or step by ``step`` when there is no
-  slope yet; parallel proposals continue further out in the same direction;
+  slope yet; parallel proposals continue further out in the same direction, spaced as far
+  apart as the first proposal is from the explored range;
 * a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant through the
   bracket ends (regula falsi), or the midpoint (bisection) when the last two finished trials
   fell on the same side of the target (regula falsi stagnating), kept at least ``margin`` ×
@@ -119,27 +120,23 @@ class MonotoneSampler(BaseSampler):
         flight is not proposed again while another candidate is free.
         """
         lo_b, hi_b = bounds
-        candidates = self._candidates(points, target, bounds)
+        candidates, spacing = self._candidates(points, target, bounds)
         clipped = [min(max(c, lo_b), hi_b) for c in candidates]
         if integer:
-            clipped = [float(round(c)) for c in clipped]
+            clipped, spacing = [float(round(c)) for c in clipped], max(spacing, 1.0)
         taken = set(running) | {p.x for p in points}
-        spacing = max(self._spacing(points, target, bounds), 1.0) if integer else self._spacing(points, target, bounds)
         for c in clipped:
             if all(abs(c - r) > spacing / 2 for r in taken):
                 return c
         return clipped[0]
 
-    def _spacing(self, points: list[Point], target: float, bounds: tuple[float, float]) -> float:
-        lo, hi = bracket(points, target)
-        if lo is not None and hi is not None:
-            return (hi.x - lo.x) / (2 * self.parallel + 2)
-        return min(self.step, (bounds[1] - bounds[0]) / 4)
-
-    def _candidates(self, points: list[Point], target: float, bounds: tuple[float, float]) -> list[float]:
+    def _candidates(self, points: list[Point], target: float,
+                    bounds: tuple[float, float]) -> tuple[list[float], float]:
+        """Proposals in order of preference, and how far apart trials in flight must stay."""
         n = max(self.parallel, 1) * 2 + 2
         if not points:
-            return [self.x0] + [self.x0 + sign * k * self.step for k in range(1, n) for sign in (1, -1)]
+            step = min(self.step, (bounds[1] - bounds[0]) / 4)
+            return [self.x0] + [self.x0 + sign * k * self.step for k in range(1, n) for sign in (1, -1)], step
         lo, hi = bracket(points, target)
         if lo is not None and hi is not None:
             width = hi.x - lo.x
@@ -150,10 +147,10 @@ class MonotoneSampler(BaseSampler):
             x = min(max(x, lo.x + self.margin * width), hi.x - self.margin * width)
             delta = width / (2 * self.parallel + 2)
             inside = [x + sign * k * delta for k in range(1, n) for sign in (1, -1)]
-            return [x] + [c for c in inside if lo.x < c < hi.x]
-        return self._expand(points, target, below=hi is None, bounds=bounds)
+            return [x] + [c for c in inside if lo.x < c < hi.x], delta
+        return self._expand(points, target, below=hi is None)
 
-    def _expand(self, points: list[Point], target: float, below: bool, bounds: tuple[float, float]) -> list[float]:
+    def _expand(self, points: list[Point], target: float, below: bool) -> tuple[list[float], float]:
         """Every finished skip rate is under the target (``below``) or over it: step outwards."""
         direction = 1.0 if below else -1.0
         edge = max(p.x for p in points) if below else min(p.x for p in points)
@@ -164,4 +161,4 @@ class MonotoneSampler(BaseSampler):
         if guess is not None:
             first = edge + direction * min(max((guess - edge) * direction * 1.2, self.min_expand), step)
         span = abs(first - edge)
-        return [first + direction * k * span for k in range(2 * self.parallel + 2)]
+        return [first + direction * k * span for k in range(2 * self.parallel + 2)], span
