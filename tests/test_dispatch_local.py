@@ -53,6 +53,59 @@ def test_submitit_local_runs_at_most_array_parallelism_jobs_at_once(tmp_path):
     assert all(start >= end for (_, end), (start, _) in zip(spans, spans[1:])), spans
 
 
+def _spans(*sweeps: Path) -> list[tuple[float, float]]:
+    """(start, end) of every finished job in the sweeps: its starts.txt and its record's write times."""
+    return sorted((p.parent.joinpath("starts.txt").stat().st_mtime, p.stat().st_mtime)
+                  for sweep in sweeps for p in sweep.glob("*/results.json"))
+
+
+def test_concurrent_local_multiruns_naming_one_slot_dir_share_its_slots(tmp_path):
+    """Two multiruns at once, one shared slot: the four jobs run one after another, none side by side."""
+    app = write_app(tmp_path / "app", tmp_path / "unused")
+    shared = ["step_s=0.2", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1",
+              f"hydra.launcher.slots={tmp_path / 'slots'}"]
+    procs = [subprocess.Popen([sys.executable, str(app), "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / name}", *shared],
+                              cwd=app.parent, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name in ("a", "b")]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    spans = _spans(tmp_path / "a", tmp_path / "b")
+    assert len(spans) == 4
+    assert all(start >= end for (_, end), (start, _) in zip(spans, spans[1:])), spans
+
+
+def test_slot_pool_hands_out_size_slots_and_takes_them_back(tmp_path):
+    from hero.dispatch.slots import SlotPool
+
+    first, second = SlotPool(tmp_path, 2), SlotPool(tmp_path, 2)  # two processes' views of one directory
+    held = [first.try_acquire(), second.try_acquire()]
+    assert None not in held and second.try_acquire() is None and first.try_acquire() is None
+    SlotPool.release(held[0])
+    assert (fd := second.try_acquire()) is not None
+    SlotPool.release(fd)
+    SlotPool.release(held[1])
+    with pytest.raises(ValueError, match="size 0 must be at least 1"):
+        SlotPool(tmp_path, 0)
+
+
+def test_study_variants_run_side_by_side_on_the_local_launcher(tmp_path):
+    """Two one-job variants, two slots: the second variant's job starts before the first one ends."""
+    app = write_app(tmp_path / "app", tmp_path / "unused")
+    study = tmp_path / "pair.yaml"
+    study.write_text(f"name: pair\nentry: {app}\noverrides: [hydra/launcher=hero_local, step_s=0.5]\n"
+                     "variants:\n  - {name: one, overrides: [seed=1]}\n  - {name: two, overrides: [seed=2]}\n"
+                     "expected_jobs: 2\n")
+    cmd = [sys.executable, "-m", "hero.dispatch", "sweep", str(study), "--sweep-root", str(tmp_path / "studies")]
+    r = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, cwd=REPO, env=app_env())
+    slots = f"hydra.launcher.slots={tmp_path / 'studies' / 'pair' / '.slots'}"
+    assert r.returncode == 0 and [line.endswith(slots) for line in r.stdout.splitlines() if line.startswith("$ ")] == [True, True]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=app_env(), timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "2 multirun(s) side by side" in r.stdout
+    (start1, end1), (start2, end2) = _spans(tmp_path / "studies" / "pair")
+    assert start2 < end1, ((start1, end1), (start2, end2))
+
+
 def test_submitit_local_failure_is_reported_and_the_rest_finishes(tmp_path):
     sweep = tmp_path / "sweep"
     app = write_app(tmp_path / "app", sweep)

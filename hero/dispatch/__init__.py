@@ -8,6 +8,7 @@ One concept per module:
                   on USR2 / time limit after the training loop's save hooks (hero.preemption)
     launcher.py   the Hydra launcher (HeroSlurmLauncher / HeroLocalLauncher): plan, submit one
                   array, wait or return at once, summary
+    slots.py      run slots for local jobs, shared by every launch naming one directory
     manifests.py  what a sweep submitted and how its jobs ended: manifests, status, collect
     studies.py    named studies, sweeps/<name>.yaml
     __main__.py   the CLI: python -m hero.dispatch status|collect|sweep

@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import subprocess
 import sys
 from typing import Sequence
 
 from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, print_summary, status
-from hero.dispatch.studies import load_study, override_key, select_variants, study_commands, study_size
+from hero.dispatch.studies import load_study, override_key, select_variants, shared_slots, study_commands, study_size
 
 
 def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
@@ -63,13 +64,19 @@ def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
     if chosen is not study:
         print(f"running {len(chosen['variants'])} of them ({args.variants}): {study_size(chosen)} job(s)")
     study = chosen
-    cmds = study_commands(study, extra, args.sweep_root)
-    rc = 0
-    for cmd in cmds:
-        print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-        if not args.dry_run:
-            rc = subprocess.call(cmd) or rc
     sweep_dir = f"{args.sweep_root}/{study['name']}"
+    cmds = study_commands(study, extra, args.sweep_root)
+    side_by_side = shared_slots(cmds, os.path.abspath(f"{sweep_dir}/.slots"))
+    for cmd in side_by_side or cmds:
+        print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    if args.dry_run:
+        rc = 0
+    elif side_by_side:
+        print(f"{len(side_by_side)} multirun(s) side by side, sharing the launcher's run slots", flush=True)
+        procs = [subprocess.Popen(cmd) for cmd in side_by_side]
+        rc = next((r for r in [p.wait() for p in procs] if r), 0)
+    else:
+        rc = next((r for r in [subprocess.call(cmd) for cmd in cmds] if r), 0)
     if to_cluster and not args.dry_run:
         print(f"state:   {prog} status {sweep_dir}\nrecords: {prog} collect {sweep_dir}")
     return rc

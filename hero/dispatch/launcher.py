@@ -18,10 +18,12 @@ Extra launcher keys (besides every hydra-submitit-launcher key):
   wait           (true)   false: submit, write the manifest, return at once (SLURM only)
   records_root   (null)   where to look for existing records; default the sweep dir
   job_dir        ("key")  "key": subdir = job_key(overrides, hash); "hydra": keep hydra.sweep.subdir
+  slots          (null)   local only: a directory whose ``array_parallelism`` run slots are shared
+                          by every launch naming it (``hero.dispatch.slots``); null: this process's own
 
 ``array_parallelism`` caps the jobs running at once on SLURM (submitit's key) and, with the local
-executor, in this process too: a new job starts as soon as one finishes (submitit's local executor
-would otherwise start every job of the array at once).
+executor, on this machine too: a new job starts as soon as a run slot frees (submitit's local
+executor would otherwise start every job of the array at once).
 """
 from __future__ import annotations
 
@@ -37,12 +39,13 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 from hero.dispatch.job import HydraJob, JobFailed
 from hero.dispatch.manifests import error_line, print_summary, summarise, write_manifest
 from hero.dispatch.plan import plan_job, record_of, settle
+from hero.dispatch.slots import SlotPool
 from hero.results import read_record_or_none
 
 log = logging.getLogger(__name__)
 
 # Keys handled by HeroSubmititLauncher itself, not passed on to submitit.
-HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "poll_s")  # poll_s: accepted, unused
+HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "slots", "poll_s")  # poll_s: accepted, unused
 
 
 class HeroSubmititLauncher(BaseSubmititLauncher):
@@ -56,7 +59,8 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         hero = {k: params.pop(k) for k in HERO_KEYS if k in params}
         hero = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v) for k, v in hero.items()}
         super().__init__(**params)
-        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", **hero}
+        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", "slots": None, **hero}
+        self._held: list[tuple[Any, int]] = []  # (local job, its run slot's descriptor) while it runs
 
     def _executor(self) -> Any:
         import submitit
@@ -122,6 +126,9 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
                     for p in plans]
 
         # Wait for every job; a failure does not stop the others.
+        while self._held:
+            self._free_finished()
+            time.sleep(1.0)
         results: dict[int, Any] = {}
         for p, j in zip(todo, jobs):
             try:
@@ -160,18 +167,28 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         return returns
 
     def _submit(self, executor: Any, job: Any, args: list[tuple]) -> list[Any]:
-        """Submit every job: one array, or, on the local executor with ``array_parallelism`` below the
-        number of jobs, one job at a time as slots free (this returns when the last one has started)."""
+        """Submit every job: one array, or, on the local executor with ``array_parallelism`` set, one
+        job at a time as run slots free (this returns when the last one has started; ``launch``
+        frees the rest of the slots as their jobs end)."""
         limit = self.params.get("array_parallelism")
-        if self._EXECUTOR != "local" or not limit or int(limit) >= len(args):
+        slots = self.hero["slots"]
+        if self._EXECUTOR != "local" or not limit or (int(limit) >= len(args) and not slots):
             return executor.map_array(job, *zip(*args))
+        pool = SlotPool(slots, int(limit))
         jobs: list[Any] = []
         for a in args:
-            while sum(not j.done() for j in jobs) >= int(limit):
-                time.sleep(1.0)
+            fd = pool.acquire(self._free_finished)
             jobs.append(executor.submit(job, *a))
-            log.info("\tstarted #%d (%d running, limit %d)", a[2], sum(not j.done() for j in jobs), int(limit))
+            self._held.append((jobs[-1], fd))
+            log.info("\tstarted #%d (%d of this launch running, %d slot(s)%s)", a[2], len(self._held), int(limit),
+                     f" shared in {slots}" if slots else "")
         return jobs
+
+    def _free_finished(self) -> None:
+        """Give back the run slots of the jobs that have ended."""
+        for j, fd in [h for h in self._held if h[0].done()]:
+            SlotPool.release(fd)
+            self._held.remove((j, fd))
 
 
 class HeroSlurmLauncher(HeroSubmititLauncher):

@@ -7,6 +7,8 @@ runs). ``study_commands`` turns it into one ``python train.py -m ...`` per varia
 overrides replace earlier ones with the same key: study < variant < grid < command line.
 Run one with ``python -m hero.dispatch sweep sweeps/<name>.yaml [overrides]``; ``--variants a,b``
 runs only those variants (e.g. the baselines while the router variants are still being calibrated).
+On the local launcher the variants run side by side, sharing one pool of run slots
+(``shared_slots``): a variant with an odd number of jobs leaves no core idle.
 """
 from __future__ import annotations
 
@@ -76,6 +78,17 @@ def study_commands(study: dict, extra: Sequence[str] = (), sweep_root: str = "mu
             merged[override_key(o)] = o
         cmds.append([sys.executable, study["entry"], "-m", *merged.values()])
     return cmds
+
+
+def shared_slots(cmds: list[list[str]], directory: str) -> list[list[str]] | None:
+    """The commands with one run-slot pool (``hydra.launcher.slots``, kept if the command line names one)
+    when every one of them uses the local launcher ``hero_local``, so they can run side by side; else None."""
+    def last(cmd: list[str], key: str) -> str | None:
+        return next((o.split("=", 1)[1] for o in reversed(cmd) if override_key(o) == key), None)
+
+    if not cmds or any(last(c, "hydra/launcher") != "hero_local" for c in cmds):
+        return None
+    return [c if last(c, "hydra.launcher.slots") else [*c, f"hydra.launcher.slots={directory}"] for c in cmds]
 
 
 def command_size(cmd: Sequence[str]) -> int:
