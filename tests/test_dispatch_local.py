@@ -64,9 +64,9 @@ def test_concurrent_local_multiruns_naming_one_slot_dir_share_its_slots(tmp_path
     app = write_app(tmp_path / "app", tmp_path / "unused")
     shared = ["step_s=0.2", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1",
               f"hydra.launcher.slots={tmp_path / 'slots'}"]
-    procs = [subprocess.Popen([sys.executable, str(app), "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / name}", *shared],
-                              cwd=app.parent, env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name in ("a", "b")]
+    procs = [subprocess.Popen([sys.executable, str(app), "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / name}",
+                               *shared], cwd=app.parent, env=app_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     spans = _spans(tmp_path / "a", tmp_path / "b")
@@ -98,7 +98,8 @@ def test_study_variants_run_side_by_side_on_the_local_launcher(tmp_path):
     cmd = [sys.executable, "-m", "hero.dispatch", "sweep", str(study), "--sweep-root", str(tmp_path / "studies")]
     r = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, cwd=REPO, env=app_env())
     slots = f"hydra.launcher.slots={tmp_path / 'studies' / 'pair' / '.slots'}"
-    assert r.returncode == 0 and [line.endswith(slots) for line in r.stdout.splitlines() if line.startswith("$ ")] == [True, True]
+    cmds = [line for line in r.stdout.splitlines() if line.startswith("$ ")]
+    assert r.returncode == 0 and [c.endswith(slots) for c in cmds] == [True, True]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=app_env(), timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "2 multirun(s) side by side" in r.stdout

@@ -30,8 +30,8 @@ from hero.results import RESULTS_FILENAME
 
 EXECUTORS = ("auto", "inline", "local", "slurm")
 # Launcher keys that describe the sweep, not one job's resources.
-LAUNCHER_ONLY = ("_target_", "submitit_folder", "name", "skip_existing", "wait", "records_root", "job_dir", "poll_s",
-                 "array_parallelism", "max_num_timeout")
+LAUNCHER_ONLY = ("_target_", "submitit_folder", "name", "skip_existing", "wait", "records_root", "job_dir", "slots",
+                 "poll_s", "array_parallelism", "max_num_timeout")
 DEFAULT_TIMEOUT_MIN = 720
 """A trial's time limit when the launcher config gives none (submitit's own default, 5 minutes, kills a
 CPU trial of the embedded testbed half way)."""

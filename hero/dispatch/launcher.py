@@ -59,7 +59,8 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         hero = {k: params.pop(k) for k in HERO_KEYS if k in params}
         hero = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v) for k, v in hero.items()}
         super().__init__(**params)
-        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", "slots": None, **hero}
+        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", "slots": None,
+                     **hero}
         self._held: list[tuple[Any, int]] = []  # (local job, its run slot's descriptor) while it runs
 
     def _executor(self) -> Any:
