@@ -41,22 +41,21 @@ def test_submitit_local_multirun_records_summary_and_skip(tmp_path):
     assert sorted(rec["seed"] for rec in records(sweep).values()) == [1, 2, 3]
 
 
+def _spans(*sweeps: Path) -> list[tuple[float, float]]:
+    """(start, end) of every finished job in the sweeps: its starts.txt and its record's write times."""
+    return sorted((p.parent.joinpath("starts.txt").stat().st_mtime, p.stat().st_mtime)
+                  for sweep in sweeps for p in sweep.glob("*/results.json"))
+
+
 def test_submitit_local_runs_at_most_array_parallelism_jobs_at_once(tmp_path):
     """array_parallelism=1: each job starts after the previous one wrote its record (all 3 are run)."""
     sweep = tmp_path / "sweep"
     app = write_app(tmp_path / "app", sweep)
     r = run_app(app, "seed=1,2,3", "step_s=0.2", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    spans = sorted((p.parent.joinpath("starts.txt").stat().st_mtime, p.stat().st_mtime)
-                   for p in sweep.glob("*/results.json"))
+    spans = _spans(sweep)
     assert len(spans) == 3
     assert all(start >= end for (_, end), (start, _) in zip(spans, spans[1:])), spans
-
-
-def _spans(*sweeps: Path) -> list[tuple[float, float]]:
-    """(start, end) of every finished job in the sweeps: its starts.txt and its record's write times."""
-    return sorted((p.parent.joinpath("starts.txt").stat().st_mtime, p.stat().st_mtime)
-                  for sweep in sweeps for p in sweep.glob("*/results.json"))
 
 
 def test_concurrent_local_multiruns_naming_one_slot_dir_share_its_slots(tmp_path):

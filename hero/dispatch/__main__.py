@@ -19,7 +19,8 @@ import sys
 from typing import Sequence
 
 from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, print_summary, status
-from hero.dispatch.studies import load_study, override_key, select_variants, shared_slots, study_commands, study_size
+from hero.dispatch.studies import (load_study, override_key, override_value, select_variants, shared_slots,
+                                  study_commands, study_size)
 
 
 def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
@@ -43,7 +44,7 @@ def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
 def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
     study = load_study(args.study)
     extra = list(args.overrides)
-    launcher = next((o.split("=", 1)[1] for o in extra if override_key(o) == "hydra/launcher"), "")
+    launcher = override_value(extra, "hydra/launcher") or ""
     to_cluster = launcher.startswith("slurm") or launcher == "local"
     if to_cluster and not args.wait and not any(override_key(o) == "hydra.launcher.wait" for o in extra):
         extra.append("hydra.launcher.wait=false")  # submit every variant's array, then return

@@ -60,6 +60,11 @@ def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def override_value(overrides: Sequence[str], key: str) -> str | None:
+    """The value the last override of ``key`` sets (later overrides win, as in ``study_commands``), or None."""
+    return next((o.split("=", 1)[1] for o in reversed(overrides) if override_key(o) == key), None)
+
+
 def study_commands(study: dict, extra: Sequence[str] = (), sweep_root: str = "multirun/studies") -> list[list[str]]:
     """One ``python train.py -m ...`` per variant of the study, all into one sweep dir
     (``<sweep_root>/<name>``). Later overrides replace earlier ones with the same key:
@@ -83,12 +88,9 @@ def study_commands(study: dict, extra: Sequence[str] = (), sweep_root: str = "mu
 def shared_slots(cmds: list[list[str]], directory: str) -> list[list[str]] | None:
     """The commands with one run-slot pool (``hydra.launcher.slots``, kept if the command line names one)
     when every one of them uses the local launcher ``hero_local``, so they can run side by side; else None."""
-    def last(cmd: list[str], key: str) -> str | None:
-        return next((o.split("=", 1)[1] for o in reversed(cmd) if override_key(o) == key), None)
-
-    if not cmds or any(last(c, "hydra/launcher") != "hero_local" for c in cmds):
+    if not cmds or any(override_value(c, "hydra/launcher") != "hero_local" for c in cmds):
         return None
-    return [c if last(c, "hydra.launcher.slots") else [*c, f"hydra.launcher.slots={directory}"] for c in cmds]
+    return [c if override_value(c, "hydra.launcher.slots") else [*c, f"hydra.launcher.slots={directory}"] for c in cmds]
 
 
 def command_size(cmd: Sequence[str]) -> int:
