@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +87,47 @@ def test_slot_pool_hands_out_size_slots_and_takes_them_back(tmp_path):
     SlotPool.release(held[1])
     with pytest.raises(ValueError, match="size 0 must be at least 1"):
         SlotPool(tmp_path, 0)
+    private = SlotPool(None, 1)  # a launch without `slots`: its own pool, removed with it
+    held, where = private.try_acquire(), private.directory
+    assert held is not None and where.is_dir()
+    del private
+    assert not where.exists()
+    SlotPool.release(held)
+
+
+def _status(target: Path) -> dict:
+    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "status", str(target), "--json"], capture_output=True,
+                       text=True, cwd=REPO, env=app_env(), timeout=120)
+    return json.loads(r.stdout)
+
+
+def test_status_follows_a_local_launch_and_a_killed_launch_resumes(tmp_path):
+    """One run slot, two jobs: while the launch runs, status shows one RUNNING and one PENDING (its
+    manifest is written before the first job starts); killed, one reads FAILED as killed and one as
+    never started; the same command then finishes both."""
+    sweep = tmp_path / "sweep"
+    app = write_app(tmp_path / "app", sweep)
+    args = ["seed=1,2", "steps=100", "step_s=0.05", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1"]
+    launch = subprocess.Popen([sys.executable, str(app), "-m", *args], cwd=app.parent, env=app_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while not (sweep / "manifests").is_dir() or _status(sweep)["counts"] != {"RUNNING": 1, "PENDING": 1}:
+        assert launch.poll() is None and time.time() < deadline, "never saw one job running, one pending"
+        time.sleep(0.2)
+    os.killpg(launch.pid, signal.SIGKILL)
+    launch.wait()
+    running = next(j["job_id"] for j in _status(sweep)["jobs"] if j.get("job_id"))
+    while Path(f"/proc/{running}").exists():
+        assert time.time() < deadline
+        time.sleep(0.2)
+    after = _status(sweep)
+    assert after["counts"] == {"FAILED": 2}
+    errors = sorted(f["error"] for f in after["failed"])
+    assert "never started" in errors[0] and "ended without a record" in errors[1], errors
+    r = run_app(app, *args)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _status(sweep)["counts"] == {"COMPLETED": 2}
+    assert sorted(rec["seed"] for rec in records(sweep).values()) == [1, 2]
 
 
 def test_study_variants_run_side_by_side_on_the_local_launcher(tmp_path):

@@ -6,8 +6,9 @@ shim ``hydra_plugins/hero_launcher``) is a drop-in for hydra-submitit-launcher. 
 1. plans every job (``hero.dispatch.plan``): stable output dir named after its overrides and
    config hash; SKIPPED when a completed record for the same config exists, a failed record
    moved aside (the checkpoints stay, so the rerun resumes);
-2. submits the rest as one array (``map_array`` of ``hero.dispatch.job.HydraJob``) and writes
-   the manifest (``hero.dispatch.manifests``);
+2. writes the manifest (``hero.dispatch.manifests``) with the rest PENDING, submits them as one
+   array (``map_array`` of ``hero.dispatch.job.HydraJob``) - or, locally under run slots, one by
+   one, rewriting the manifest as each starts - and writes it again with every job id;
 3. with ``wait: false`` returns at once (``python -m hero.dispatch status|collect`` follow up);
    otherwise waits for every job, never stopping at the first failure, writes ``summary.json``
    and returns a FAILED ``JobReturn`` for every job that failed.
@@ -32,7 +33,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
@@ -101,18 +102,21 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             log.info("\t#%d %-9s %s", p["num"], "skip" if p["state"] == "SKIPPED" else "submit",
                      " ".join(filter_overrides(p["overrides"])))
 
+        def write() -> Path:
+            return write_manifest(sweep_dir, stamp, self._EXECUTOR, str(self.params.get("submitit_folder")), plans)
+
         jobs: list[Any] = []
         if todo:
+            for p in todo:
+                p["state"] = "PENDING"
+            write()  # `status` sees every planned job while a local launch waits for run slots
             executor = self._executor()
             job = HydraJob(self.hydra_context, self.task_function, self.config)
             args = [(p["overrides"], "hydra.sweep.dir", p["num"], p["subdir"], Singleton.get_state()) for p in todo]
-            jobs = self._submit(executor, job, args)
+            jobs = self._submit(executor, job, args, lambda k, j: (_mark_submitted(todo[k], j), write()))
             for p, j in zip(todo, jobs):
-                p["job_id"] = j.job_id
-                p["state"] = "SUBMITTED"
-                p["log"] = str(j.paths.stderr)
-                p["stdout"] = str(j.paths.stdout)
-        manifest_path = write_manifest(sweep_dir, stamp, self._EXECUTOR, str(self.params.get("submitit_folder")), plans)
+                _mark_submitted(p, j)
+        manifest_path = write()
         log.info("manifest: %s", manifest_path)
 
         wait = bool(self.hero["wait"])
@@ -167,10 +171,10 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
                     f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}")))
         return returns
 
-    def _submit(self, executor: Any, job: Any, args: list[tuple]) -> list[Any]:
+    def _submit(self, executor: Any, job: Any, args: list[tuple], started: Callable[[int, Any], Any]) -> list[Any]:
         """Submit every job: one array, or, on the local executor with ``array_parallelism`` set, one
-        job at a time as run slots free (this returns when the last one has started; ``launch``
-        frees the rest of the slots as their jobs end)."""
+        job at a time as run slots free, calling ``started(k, job)`` as the k-th starts (this returns
+        when the last one has started; ``launch`` frees the rest of the slots as their jobs end)."""
         limit = self.params.get("array_parallelism")
         slots = self.hero["slots"]
         if self._EXECUTOR != "local" or not limit or (int(limit) >= len(args) and not slots):
@@ -181,6 +185,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             fd = pool.acquire(self._free_finished)
             jobs.append(executor.submit(job, *a))
             self._held.append((jobs[-1], fd))
+            started(len(jobs) - 1, jobs[-1])
             log.info("\tstarted #%d (%d of this launch running, %d slot(s)%s)", a[2], len(self._held), int(limit),
                      f" shared in {slots}" if slots else "")
         return jobs
@@ -198,6 +203,10 @@ class HeroSlurmLauncher(HeroSubmititLauncher):
 
 class HeroLocalLauncher(HeroSubmititLauncher):
     _EXECUTOR = "local"
+
+
+def _mark_submitted(p: dict, job: Any) -> None:
+    p.update(job_id=job.job_id, state="SUBMITTED", log=str(job.paths.stderr), stdout=str(job.paths.stdout))
 
 
 def _dotted(record: dict, key: str | None) -> Any:

@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from hero.dispatch.plan import record_of, task_overrides
 from hero.results import is_completed, now_iso, read_record_or_none, write_atomic
@@ -44,7 +44,7 @@ def write_manifest(sweep_dir: Path, stamp: str, cluster: str, submitit_folder: s
     """Record what this launch planned and submitted: ``<sweep dir>/manifests/<stamp>.json``."""
     manifest = {
         "created": now_iso(), "cluster": cluster, "sweep_dir": str(sweep_dir), "submitit_folder": submitit_folder,
-        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "command": " ".join(shlex.quote(a) for a in sys.argv), "launcher_pid": os.getpid(),
         "n_jobs": len(plans), "n_submitted": sum(p["state"] != "SKIPPED" for p in plans),
         "n_skipped": sum(p["state"] == "SKIPPED" for p in plans), "jobs": plans,
     }
@@ -71,7 +71,7 @@ def load_manifests(target: str | os.PathLike) -> tuple[Path, list[dict]]:
                              f"<sweep dir>/{MANIFEST_DIRNAME}/ by the HeRo launcher)")
         manifests.append(m)
         for j in m["jobs"]:
-            j = dict(j, manifest=str(f), cluster=m.get("cluster", "slurm"))
+            j = dict(j, manifest=str(f), cluster=m.get("cluster", "slurm"), launcher_pid=m.get("launcher_pid"))
             prev = jobs.get(j["output_dir"])
             if prev is None or j.get("state") != "SKIPPED" or prev.get("state") == "SKIPPED":
                 jobs[j["output_dir"]] = j
@@ -140,6 +140,8 @@ def job_states(jobs: list[dict]) -> list[dict]:
             j["state"], j["error"] = "FAILED", err or (rec or {}).get("error")
         elif pk_state == "COMPLETED" and is_completed(rec):
             j["state"] = "COMPLETED"
+        elif j.get("cluster") == "local":
+            _local_state(j)
         elif sched in SCHED_WAITING:
             j["state"] = "RUNNING" if sched in ("RUNNING", "COMPLETING", "CONFIGURING") else "PENDING"
         elif sched in SCHED_FAILED:
@@ -153,6 +155,42 @@ def job_states(jobs: list[dict]) -> list[dict]:
         if rec_path.exists():
             j["record"] = str(rec_path)
     return jobs
+
+
+def _alive(pid: Any, marker: bytes) -> bool:
+    """Whether process ``pid`` runs here with ``marker`` in its command line (``/proc``; elsewhere: exists)."""
+    try:
+        return marker in Path(f"/proc/{int(pid)}/cmdline").read_bytes()
+    except (TypeError, ValueError):
+        return False
+    except OSError:
+        if Path("/proc/self").exists():
+            return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _local_state(job: dict) -> None:
+    """State of a local job without a result yet: it waits for a run slot while its launcher lives,
+    runs while its submitit process lives; otherwise it ended without a record (killed)."""
+    if not job.get("job_id"):
+        if _alive(job.get("launcher_pid"), b"python"):
+            job["state"] = "PENDING"
+        else:
+            job["state"] = "FAILED"
+            job["error"] = f"never started: its launcher (pid {job.get('launcher_pid')}) ended first; rerun the sweep"
+    elif _alive(job["job_id"], b"submitit"):
+        job["state"] = "RUNNING"
+    elif _result_pickle_state(job)[0] == "COMPLETED" and is_completed(read_record_or_none(record_of(job))):
+        job["state"] = "COMPLETED"  # it ended between the first look and this one
+    else:
+        job["state"] = "FAILED"
+        job["error"] = job.get("error") or f"process {job['job_id']} ended without a record (killed?); rerun the sweep"
 
 
 def status(target: str | os.PathLike) -> dict:

@@ -18,13 +18,15 @@ from typing import Callable
 
 
 class SlotPool:
-    """``size`` slots in ``directory`` (a private temporary one when None: slots of this process only)."""
+    """``size`` slots in ``directory`` (when None, a private temporary one - slots of this process
+    only - removed with the pool; a held slot outlives it, its flock on the unlinked file)."""
 
     def __init__(self, directory: str | os.PathLike | None, size: int) -> None:
         if int(size) < 1:
             raise ValueError(f"slots: size {size} must be at least 1")
         self.size = int(size)
-        self.directory = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="hero-slots-"))
+        self._private = tempfile.TemporaryDirectory(prefix="hero-slots-") if directory is None else None
+        self.directory = Path(self._private.name if self._private else directory)
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def try_acquire(self) -> int | None:
