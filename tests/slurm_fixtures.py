@@ -55,7 +55,7 @@ def main(cfg) -> float:
             write_atomic(ckpt, state)
         print(f"step {state['step']}", flush=True)
         time.sleep(cfg.step_s)
-    record = {"schema_version": 1, "status": "completed", "seed": cfg.seed, "train": {"final": state["x"],
+    record = {"schema_version": 1, "status": "completed", "method": "app", "variant": "app", "seed": cfg.seed, "train": {"final": state["x"],
               "steps": state["step"]}, "config": resolved, "config_hash": config_hash(resolved),
               "restarts": len(starts.read_text().splitlines()) - 1}
     write_atomic(out / "results.json", record)

@@ -130,6 +130,42 @@ def test_status_follows_a_local_launch_and_a_killed_launch_resumes(tmp_path):
     assert sorted(rec["seed"] for rec in records(sweep).values()) == [1, 2]
 
 
+def test_record_names_say_method_variant_knob_and_seed():
+    from hero.calibration.knobs import KNOBS
+    from hero.dispatch.manifests import KNOB_LABELS, record_name
+
+    assert set(KNOB_LABELS) == {k.key for k in KNOBS.values()}
+    hero = {"method": "hero", "variant": "no_history", "seed": 43}
+    assert record_name(hero, ["ablation=no_history", "alpha=calibrated", "seed=43"]) == "hero-no_history-calibrated-s43"
+    assert record_name(hero, ["alpha=0.002", "alpha=0.0003"]) == "hero-no_history-a0.0003-s43"  # the last one wins
+    assert record_name(hero, []) == "hero-no_history-s43"
+    rs = {"method": "random_skip", "variant": "random_skip", "seed": 42}
+    assert record_name(rs, ["method=random_skip", "method.p=0.1"]) == "random_skip-p0.1-s42"
+    assert record_name({"method": "dense", "variant": "dense", "seed": 42}, ["method=dense"]) == "dense-s42"
+
+
+def test_collect_into_copies_records_under_their_names_and_never_overwrites(tmp_path):
+    sweep, into = tmp_path / "sweep", tmp_path / "records"
+    app = write_app(tmp_path / "app", sweep)
+    r = run_app(app, "seed=1,2", "hydra/launcher=hero_local")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cmd = [sys.executable, "-m", "hero.dispatch", "collect", str(sweep), "--into", str(into)]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=app_env())
+    assert r.returncode == 0 and "2 new, 0 already there" in r.stdout, r.stdout + r.stderr
+    by_name = {p.parent.name: p.read_bytes() for p in into.glob("*/results.json")}
+    assert sorted(by_name) == ["app-s1", "app-s2"]
+    assert by_name == {f"app-s{rec['seed']}": p.read_bytes() for p, rec in
+                       ((p, json.loads(p.read_text())) for p in sweep.glob("*/results.json"))}
+    (into / "app-s1" / "results.json").write_text("{}")  # someone else's record under that name
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=app_env())
+    assert r.returncode == 1 and "0 new, 1 already there" in r.stdout, r.stdout + r.stderr
+    assert "app-s1/results.json holds another record" in r.stderr
+    assert (into / "app-s1" / "results.json").read_text() == "{}"
+    r = subprocess.run([*cmd[:-1], str(into / "app-s2" / "results.json")], capture_output=True, text=True, cwd=REPO,
+                       env=app_env())
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "a file, not a directory" in r.stderr, r.stderr
+
+
 def test_study_variants_run_side_by_side_on_the_local_launcher(tmp_path):
     """Two one-job variants, two slots: the second variant's job starts before the first one ends."""
     app = write_app(tmp_path / "app", tmp_path / "unused")

@@ -1,7 +1,7 @@
 """The dispatch CLI: follow up a fire-and-forget sweep, run a named study.
 
     python -m hero.dispatch status  <manifest or sweep dir> [--json]   # exit 0 done, 1 failures, 3 still running
-    python -m hero.dispatch collect <manifest or sweep dir> [--json]   # + records -> <sweep dir>/collected.json
+    python -m hero.dispatch collect <manifest or sweep dir> [--json] [--into DIR]   # + records -> <sweep dir>/collected.json
     python -m hero.dispatch sweep sweeps/<study>.yaml [overrides] [--dry-run] [--wait] [--variants a,b]
 
 A target that is no manifest (or a sweep dir without one) ends in one line and exit 2.
@@ -18,27 +18,39 @@ import subprocess
 import sys
 from typing import Sequence
 
-from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, print_summary, status
+from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, collect_into, print_summary, status
 from hero.dispatch.studies import (load_study, override_key, override_value, select_variants, shared_slots,
                                   study_commands, study_size)
 
 
 def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
+    if collect_records and args.into and os.path.exists(args.into) and not os.path.isdir(args.into):
+        print(f"ERROR: --into {args.into}: a file, not a directory (records go to <into>/<name>/results.json)",
+              file=sys.stderr)
+        return 2
     try:
         summary = collect(args.target) if collect_records else status(args.target)
     except NoManifest as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
+    conflicts: list[str] = []
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
         print_summary(summary)
         if collect_records:
             print(f"{len(summary['records'])} record(s) -> {summary['sweep_dir']}/{COLLECTED_FILENAME}")
+    if collect_records and args.into:
+        new, same, conflicts = collect_into(summary["records"], args.into)
+        for path in new:
+            print(f"new: {path}", file=sys.stderr if args.json else sys.stdout)
+        print(f"{len(new)} new, {same} already there -> {args.into}", file=sys.stderr if args.json else sys.stdout)
+        for c in conflicts:
+            print(f"ERROR: {c}", file=sys.stderr)
     states = summary["counts"]
     if any(states.get(s) for s in ("PENDING", "RUNNING", "UNKNOWN")):
         return 3  # not final yet
-    return 1 if states.get("FAILED") else 0
+    return 1 if states.get("FAILED") or conflicts else 0
 
 
 def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
@@ -92,6 +104,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("target", help="a manifest file, or a sweep dir (all its manifests)")
         sp.add_argument("--json", action="store_true")
+        if name == "collect":
+            sp.add_argument("--into", default="", help="also copy each record to INTO/<method>[-<variant>][-<knob>]"
+                                                       "-s<seed>/results.json (never overwriting another)")
     sp = sub.add_parser("sweep", help="run a named study from sweeps/")
     sp.add_argument("study", help="sweeps/<name>.yaml")
     sp.add_argument("overrides", nargs="*", help="extra overrides, e.g. hydra/launcher=slurm hydra.launcher.wait=false")

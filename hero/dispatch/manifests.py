@@ -7,6 +7,8 @@ log). With ``wait: false`` the launch returns after writing the manifest, and la
 
     python -m hero.dispatch status  <manifest or sweep dir>   # states (sacct, submitit's result, records)
     python -m hero.dispatch collect <manifest or sweep dir>   # + records -> <sweep dir>/collected.json
+    python -m hero.dispatch collect <sweep dir> --into docs/studies/<name>/records   # + a copy per record,
+                                                              # named by record_name (method, variant, knob, seed)
 
 A sweep made by another launcher (Hydra's basic one) has no manifest: ``NoManifest`` says so
 in one line and names ``python -m analysis.report`` to read its records instead.
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hero.dispatch.plan import record_of, task_overrides
+from hero.dispatch.studies import override_value
 from hero.results import is_completed, now_iso, read_record_or_none, write_atomic
 
 log = logging.getLogger(__name__)
@@ -214,6 +217,49 @@ def collect(target: str | os.PathLike) -> dict:
     write_atomic(Path(summary["sweep_dir"]) / COLLECTED_FILENAME, out)
     summary["records"] = records
     return summary
+
+
+# The calibration knobs (hero.calibration.knobs.KNOBS' keys) and their labels in record names.
+KNOB_LABELS = {"alpha": "a", "method.p": "p", "method.k": "k", "method.target_ratio": "r"}
+
+
+def record_name(record: dict, overrides: Sequence[str]) -> str:
+    """A study record's readable name: ``<method>[-<variant>][-<knob>]-s<seed>``, the knob being the
+    calibration knob the job's overrides set (``calibrated``, else label + value), e.g.
+    ``hero-no_history-calibrated-s43``, ``hero-full-a0.002-s42``, ``random_skip-p0.1-s42``, ``dense-s42``."""
+    parts = [str(record.get("method"))]
+    if record.get("variant") not in (None, record.get("method")):
+        parts.append(str(record["variant"]))
+    knob = next(((label, v) for key, label in KNOB_LABELS.items() if (v := override_value(overrides, key)) is not None),
+                None)
+    if knob:
+        parts.append("calibrated" if knob[1] == "calibrated" else f"{knob[0]}{knob[1]}")
+    parts.append(f"s{record.get('seed')}")
+    return re.sub(r"[^A-Za-z0-9=,._+\-]", "_", "-".join(parts))
+
+
+def collect_into(records: list[dict], into: str | os.PathLike) -> tuple[list[Path], int, list[str]]:
+    """Copy collected records (``collect``'s list) to ``<into>/<record_name>/results.json``, byte for
+    byte: (new files, count already there, conflicts). A name that holds another record is a
+    conflict, reported and left as it was: nothing already collected is overwritten."""
+    into = Path(into)
+    new: list[Path] = []
+    same, conflicts = 0, []
+    for r in records:
+        data = Path(r["path"]).read_bytes()
+        dest = into / record_name(r["record"], r["overrides"]) / "results.json"
+        if dest.exists():
+            if dest.read_bytes() == data:
+                same += 1
+            else:
+                conflicts.append(f"{dest} holds another record than {r['path']}; left as it was")
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, dest)
+        new.append(dest)
+    return new, same, conflicts
 
 
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Interrupt|Exit)\b:?")
