@@ -16,11 +16,12 @@ from analysis.curves import (Curve, area_between, curve_points, curves, matched_
                              reference_curves, skip_adjusted)
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, find_runs, load_runs
+from analysis.resolution import comparisons, resolution_markdown, seeds_needed
 from analysis.retain import Baseline, BaselineError, parse_selector, resolve_baselines, selector_expr, with_retain
 from analysis.stats import paired_differences, summarize, t_quantile
 from analysis.tables import Table, TableSpec, build_table, paper_tables
 
 __all__ = ["KEYS", "Baseline", "BaselineError", "Curve", "Runs", "Table", "TableSpec", "area_between", "build_table",
-           "curve_points", "curves", "find_runs", "latency_table", "load_runs", "matched_skip", "monotone_fit",
-           "paired_differences", "paper_tables", "parse_selector", "reference_curves", "resolve_baselines", "skip_adjusted",
-           "selector_expr", "summarize", "t_quantile", "with_retain"]
+           "comparisons", "curve_points", "curves", "find_runs", "latency_table", "load_runs", "matched_skip", "monotone_fit",
+           "paired_differences", "paper_tables", "parse_selector", "reference_curves", "resolution_markdown", "resolve_baselines",
+           "seeds_needed", "skip_adjusted", "selector_expr", "summarize", "t_quantile", "with_retain"]

@@ -16,6 +16,9 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   against the target;
 * ``latency.csv`` when records carry benchmark figures: every benchmark record with
   the quality of the run it measured (``analysis.latency``);
+* ``resolution.{csv,md}`` — every paired comparison of two or more seeds (tables' rows against
+  their baselines, skip-adjusted groups against the reference curve): half-width, whether it
+  is resolved, and the seeds 1 / 2 / 5 Retain points would need (``analysis.resolution``);
 * ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
 * PNG plots (``analysis.plots``) and ``summary.json``;
 * with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
@@ -39,6 +42,7 @@ import polars as pl
 from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves, skip_adjusted
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, load_runs
+from analysis.resolution import comparisons, resolution_markdown
 from analysis.retain import BaselineError, parse_selector, resolve_baselines, with_retain
 from analysis.stats import summarize
 from analysis.tables import Table, build_table, close_to, paper_tables
@@ -227,10 +231,15 @@ def run_report(args: argparse.Namespace) -> dict:
     if not args.no_plots:
         summary["plots"] = _plots(scored, points, latency, task_cols, out, (alpha, dim, layer_set))
         files += [Path(p) for p in summary["plots"].values() if p]
-    return _finish_extras(args, built, summary, out, files)
+    return _finish_extras(args, built, summary, out, files, adjusted)
 
 
-def _finish_extras(args: argparse.Namespace, built: list[Table], summary: dict, out: Path, files: list) -> dict:
+def _finish_extras(args: argparse.Namespace, built: list[Table], summary: dict, out: Path, files: list,
+                   adjusted: pl.DataFrame | None = None) -> dict:
+    found = comparisons(built, adjusted)
+    files += [_csv(found, out / "resolution.csv"), out / "resolution.md"]
+    (out / "resolution.md").write_text(resolution_markdown(found, args.level))
+    summary["resolution"] = found.to_dicts()
     if args.notebooks:
         from analysis.execute import execute_all
 

@@ -89,6 +89,10 @@ class Table:
         """The statistics with the seeds as text and the baseline and task set of each row's backbone."""
         return self._named(self.stats)
 
+    def is_baseline(self) -> pl.Expr:
+        """True on the rows of this table's baseline groups (one per backbone)."""
+        return pl.any_horizontal(*(_in_group(b.group) for b in self.baselines.values()))
+
     def paired_frame(self) -> pl.DataFrame:
         """The paired differences (run − baseline over shared seeds), named like ``csv_frame``."""
         return self._named(self.paired)

@@ -300,6 +300,7 @@ EXPECTED_FILES = [f"{stem}.{ext}" for stem in ("table1_main", "table2_alpha_swee
                                                "table4_memory_dim") for ext in ("md", "csv", "tex")]
 EXPECTED_FILES += ["table3_ablations_paired.csv", "groups.csv", "curves.csv", "matched_skip.csv", "matched_skip.md",
                    "curve_areas.csv", "latency.csv", "problems.csv", "problems.md", "summary.json",
+                   "resolution.csv", "resolution.md",
                    "quality_cost.png", "quality_latency.png", "ffn_usage_heatmap.png", "per_token_skip.png",
                    "rho_per_layer.png"]
 
@@ -353,6 +354,31 @@ def test_table3_rows_and_paired_differences(report):
     paired = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations_paired.csv").open())}
     assert paired["no_aux_state"]["n"] == "3" and float(paired["no_aux_state"]["retain.mean"]) < -5
     assert paired["no_aux_state"]["retain_baseline"] == "tiny hero/full α=0.001 d_m=64 second_half (variant=full)"
+
+
+def test_seeds_needed_inverts_the_t_half_width():
+    from analysis.resolution import seeds_needed
+
+    # half-width t_{0.975, n-1} / sqrt(n) at std 1: n=3 -> 4.303/1.732 = 2.484, n=4 -> 3.182/2 = 1.591
+    assert seeds_needed(1.0, 2.49) == 3 and seeds_needed(1.0, 2.48) == 4 and seeds_needed(1.0, 1.59) == 5
+    assert seeds_needed(2.0, 4.97) == 3 and seeds_needed(0.0, 0.1) == 2
+    assert seeds_needed(10.0, 0.01, max_n=50) is None
+
+
+def test_resolution_lists_every_paired_comparison_with_its_half_width(report):
+    paired = {r["variant"]: r for r in csv.DictReader((report / "table3_ablations_paired.csv").open())}
+    found = {(r["source"], r["variant"]): r for r in csv.DictReader((report / "resolution.csv").open())}
+    table3 = {v: r for (src, v), r in found.items() if src == "table3_ablations"}
+    assert sorted(table3) == ["no_aux_state", "no_history", "no_memory_read", "no_position_state"]  # not full itself
+    for variant, r in table3.items():
+        p = paired[variant]
+        n, std = int(p["n"]), float(p["retain.std"])
+        assert float(r["half_width"]) == pytest.approx(t_quantile(0.95, n - 1) * std / n ** 0.5)
+        assert (r["resolved"] == "true") == (float(p["retain.ci_lo"]) > 0 or float(p["retain.ci_hi"]) < 0)
+    assert any(src == "skip_adjusted" for src, _ in found)
+    md = (report / "resolution.md").read_text()
+    assert "**table3_ablations** (against tiny hero/full α=0.001 d_m=64 second_half): 4 comparisons of 3 seeds" in md
+    assert "resolved: no_aux_state (α 0.001)" in md
 
 
 def test_benchmark_records_are_linked_to_the_quality_they_measure(report):
