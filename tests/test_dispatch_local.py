@@ -398,6 +398,27 @@ def test_studies_count_their_jobs_and_compose(study_path):
             compose(config_name="train", overrides=point)
 
 
+PAPER_SCALE = ["model=llama3_1_8b", "data=tulu3", "trainer=paper", "eval=paper7", "hydra/launcher=slurm_4gpu_ddp"]
+
+
+@pytest.mark.parametrize("name", ["router_memory", "router_memory_smollm2"])
+def test_a_cpu_study_plus_the_paper_overrides_composes_the_paper_setup(name):
+    """The README's paper-scale command: the study's own CPU setup (model, data, suite and trainer, also
+    when an experiment sets them) gives way to the paper's in every job."""
+    from hydra import compose, initialize_config_dir
+
+    study = studies.load_study(REPO / "sweeps" / f"{name}.yaml")
+    cmds = studies.study_commands(study, PAPER_SCALE)
+    assert sum(studies.command_size(c) for c in cmds) == study["expected_jobs"]
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        for cmd in cmds:
+            point = [o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
+                     for o in cmd[3:] if not o.startswith("hydra.")]
+            cfg = compose(config_name="train", overrides=point)
+            assert (cfg.model.name, cfg.data.name, cfg.eval.suite) == ("llama3_1_8b", "tulu3", "paper7"), point
+            assert (cfg.trainer.max_steps, cfg.trainer.global_batch, cfg.trainer.precision) == (None, 128, "bf16")
+
+
 def test_sweep_runner_dry_run_prints_commands_and_count():
     r = subprocess.run([sys.executable, "-m", "hero.launch", "sweep", str(REPO / "sweeps" / "table2.yaml"),
                         "--dry-run", "hydra/launcher=slurm_testbed"], capture_output=True, text=True, cwd=REPO)
