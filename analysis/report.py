@@ -19,6 +19,8 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
 * ``resolution.{csv,md}`` — every paired comparison of two or more seeds (tables' rows against
   their baselines, skip-adjusted groups against the reference curve): half-width, whether it
   is resolved, and the seeds 1 / 2 / 5 Retain points would need (``analysis.resolution``);
+* ``budget.{csv,md}`` — wall time summed over runs and CPU time (× threads), per group and in
+  all (``analysis.budget``);
 * ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
 * PNG plots (``analysis.plots``) and ``summary.json``;
 * with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
@@ -39,6 +41,7 @@ from pathlib import Path
 
 import polars as pl
 
+from analysis.budget import budget_markdown, budget_table
 from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves, skip_adjusted
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, load_runs
@@ -136,6 +139,14 @@ def run_report(args: argparse.Namespace) -> dict:
     if frame.height == 0:
         summary["notes"].append("no completed records: no tables, curves or plots")
         return _finish(summary, out)
+
+    if "wall_time_s" in frame.columns:
+        cost = budget_table(frame)
+        files += [_csv(cost, out / "budget.csv"), out / "budget.md"]
+        (out / "budget.md").write_text(budget_markdown(cost))
+        summary["budget"] = cost.filter(pl.col("method") == "total").select("n", "job_s", "cpu_s").to_dicts()[0]
+    else:
+        summary["notes"].append("no record carries wall_time_s: no budget table")
 
     for selector in (args.baseline_table1, args.baseline_table2, args.baseline_table3, args.baseline_table4,
                      args.curve_baseline, args.curve_reference):

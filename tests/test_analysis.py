@@ -139,6 +139,28 @@ def test_a_seed_scored_twice_in_one_group_counts_once(tmp_path):
     assert summarize(frame.filter(pl.col("scored")), ["score.arc_easy"])["n"].to_list() == [1]
 
 
+def test_budget_sums_wall_and_cpu_time_per_group_and_in_all(tmp_path):
+    from analysis.budget import budget_markdown, budget_table
+
+    runs = [(RunSpec(scores={"arc_easy": 0.5}, skip=0.2, seed=42), 60.0, 1),
+            (RunSpec(scores={"arc_easy": 0.6}, skip=0.2, seed=43), 120.0, 2),
+            (RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0), 30.0, None)]
+    for spec, wall, threads in runs:
+        record = make_record(spec)
+        record["wall_time_s"], record["config"]["trainer"] = wall, {"num_threads": threads}
+        (tmp_path / spec.name).mkdir()
+        (tmp_path / spec.name / "results.json").write_text(json.dumps(record))
+    table = budget_table(load_runs([tmp_path]).records.collect())
+    rows = {r["method"]: r for r in table.to_dicts()}
+    assert (rows["hero"]["n"], rows["hero"]["job_s"], rows["hero"]["cpu_s"], rows["hero"]["threads"]) == (2, 180.0, 300.0,
+                                                                                                    "1 2")
+    assert rows["dense"]["cpu_s"] is None  # all cores: its CPU time is unknown
+    assert (rows["total"]["n"], rows["total"]["job_s"], rows["total"]["cpu_s"]) == (3, 210.0, None)
+    md = budget_markdown(table)
+    assert "3 runs, wall time summed over runs 3.5 min (0.06 h), CPU time unknown" in md
+    assert "| tiny hero/full α 0.001 | 2 | 3.0 | 1.5 | 1 2 | 5.0 |" in md
+
+
 def test_run_without_task_scores_counts_for_skip_only(tmp_path):
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0))
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.3))
@@ -300,7 +322,7 @@ EXPECTED_FILES = [f"{stem}.{ext}" for stem in ("table1_main", "table2_alpha_swee
                                                "table4_memory_dim") for ext in ("md", "csv", "tex")]
 EXPECTED_FILES += ["table3_ablations_paired.csv", "groups.csv", "curves.csv", "matched_skip.csv", "matched_skip.md",
                    "curve_areas.csv", "latency.csv", "problems.csv", "problems.md", "summary.json",
-                   "resolution.csv", "resolution.md",
+                   "resolution.csv", "resolution.md", "budget.csv", "budget.md",
                    "quality_cost.png", "quality_latency.png", "ffn_usage_heatmap.png", "per_token_skip.png",
                    "rho_per_layer.png"]
 
