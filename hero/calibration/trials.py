@@ -31,7 +31,7 @@ from hero.results import RESULTS_FILENAME
 EXECUTORS = ("auto", "inline", "local", "slurm")
 # Launcher keys that describe the sweep, not one job's resources.
 LAUNCHER_ONLY = ("_target_", "submitit_folder", "name", "skip_existing", "wait", "records_root", "job_dir", "slots",
-                 "poll_s", "array_parallelism", "max_num_timeout")
+                 "collect_into", "poll_s", "array_parallelism", "max_num_timeout")
 DEFAULT_TIMEOUT_MIN = 720
 """A trial's time limit when the launcher config gives none (submitit's own default, 5 minutes, kills a
 CPU trial of the embedded testbed half way)."""

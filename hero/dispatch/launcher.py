@@ -21,6 +21,9 @@ Extra launcher keys (besides every hydra-submitit-launcher key):
   job_dir        ("key")  "key": subdir = job_key(overrides, hash); "hydra": keep hydra.sweep.subdir
   slots          (null)   local only: a directory whose ``array_parallelism`` run slots are shared
                           by every launch naming it (``hero.dispatch.slots``); null: this process's own
+  collect_into   (null)   a directory: copy each completed record there as it finishes, named
+                          ``<method>[-<variant>][-<knob>]-s<seed>`` (``hero.dispatch.manifests.collect_into``:
+                          a study's committed records dir; never overwrites another record)
 
 ``array_parallelism`` caps the jobs running at once on SLURM (submitit's key) and, with the local
 executor, on this machine too: a new job starts as soon as a run slot frees (submitit's local
@@ -38,15 +41,15 @@ from typing import Any, Callable, Sequence
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
 from hero.dispatch.job import HydraJob, JobFailed
-from hero.dispatch.manifests import error_line, print_summary, summarise, write_manifest
-from hero.dispatch.plan import plan_job, record_of, settle
+from hero.dispatch.manifests import collect_into, error_line, print_summary, summarise, write_manifest
+from hero.dispatch.plan import plan_job, record_of, settle, task_overrides
 from hero.dispatch.slots import SlotPool
-from hero.results import read_record_or_none
+from hero.results import is_completed, read_record_or_none
 
 log = logging.getLogger(__name__)
 
 # Keys handled by HeroSubmititLauncher itself, not passed on to submitit.
-HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "slots", "poll_s")  # poll_s: accepted, unused
+HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "slots", "collect_into", "poll_s")  # poll_s: accepted, unused
 
 
 class HeroSubmititLauncher(BaseSubmititLauncher):
@@ -61,8 +64,8 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         hero = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v) for k, v in hero.items()}
         super().__init__(**params)
         self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", "slots": None,
-                     **hero}
-        self._held: list[tuple[Any, int]] = []  # (local job, its run slot's descriptor) while it runs
+                     "collect_into": None, **hero}
+        self._held: list[tuple[Any, int, dict]] = []  # (local job, its run slot's descriptor, its plan) while it runs
 
     def _executor(self) -> Any:
         import submitit
@@ -113,7 +116,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             executor = self._executor()
             job = HydraJob(self.hydra_context, self.task_function, self.config)
             args = [(p["overrides"], "hydra.sweep.dir", p["num"], p["subdir"], Singleton.get_state()) for p in todo]
-            jobs = self._submit(executor, job, args, lambda k, j: (_mark_submitted(todo[k], j), write()))
+            jobs = self._submit(executor, job, args, todo, lambda k, j: (_mark_submitted(todo[k], j), write()))
             for p, j in zip(todo, jobs):
                 _mark_submitted(p, j)
         manifest_path = write()
@@ -151,6 +154,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             rec_path = record_of(p)
             if rec_path.exists():
                 p["record"] = str(rec_path)
+        self._collect([p for p in plans if p["state"] in ("COMPLETED", "SKIPPED")])
         summary = summarise(plans, sweep_dir, manifest_path)
         print_summary(summary, to_log=True)
 
@@ -171,7 +175,8 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
                     f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}")))
         return returns
 
-    def _submit(self, executor: Any, job: Any, args: list[tuple], started: Callable[[int, Any], Any]) -> list[Any]:
+    def _submit(self, executor: Any, job: Any, args: list[tuple], plans: list[dict],
+                started: Callable[[int, Any], Any]) -> list[Any]:
         """Submit every job: one array, or, on the local executor with ``array_parallelism`` set, one
         job at a time as run slots free, calling ``started(k, job)`` as the k-th starts (this returns
         when the last one has started; ``launch`` frees the rest of the slots as their jobs end)."""
@@ -181,20 +186,34 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             return executor.map_array(job, *zip(*args))
         pool = SlotPool(slots, int(limit))
         jobs: list[Any] = []
-        for a in args:
+        for a, plan in zip(args, plans):
             fd = pool.acquire(self._free_finished)
             jobs.append(executor.submit(job, *a))
-            self._held.append((jobs[-1], fd))
+            self._held.append((jobs[-1], fd, plan))
             started(len(jobs) - 1, jobs[-1])
             log.info("\tstarted #%d (%d of this launch running, %d slot(s)%s)", a[2], len(self._held), int(limit),
                      f" shared in {slots}" if slots else "")
         return jobs
 
     def _free_finished(self) -> None:
-        """Give back the run slots of the jobs that have ended."""
-        for j, fd in [h for h in self._held if h[0].done()]:
-            SlotPool.release(fd)
-            self._held.remove((j, fd))
+        """Give back the run slots of the jobs that have ended, and collect their records."""
+        ended = [h for h in self._held if h[0].done()]
+        for held in ended:
+            SlotPool.release(held[1])
+            self._held.remove(held)
+        self._collect([plan for _, _, plan in ended])
+
+    def _collect(self, plans: list[dict]) -> None:
+        """Copy the completed records of ``plans`` to ``collect_into`` (when set); a conflict is logged, not fatal."""
+        if not self.hero["collect_into"]:
+            return
+        found = [{"path": str(path), "overrides": task_overrides(p["overrides"]), "record": rec}
+                 for p in plans if is_completed(rec := read_record_or_none(path := p.get("record") or record_of(p)))]
+        new, _, conflicts = collect_into(found, self.hero["collect_into"])
+        for path in new:
+            log.info("collected %s", path)
+        for c in conflicts:
+            log.warning("not collected: %s", c)
 
 
 class HeroSlurmLauncher(HeroSubmititLauncher):
