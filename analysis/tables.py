@@ -91,7 +91,7 @@ class Table:
 
     def is_baseline(self) -> pl.Expr:
         """True on the rows of this table's baseline groups (one per backbone)."""
-        return pl.any_horizontal(*(_in_group(b.group) for b in self.baselines.values()))
+        return _in_baselines(self.baselines)
 
     def paired_frame(self) -> pl.DataFrame:
         """The paired differences (run − baseline over shared seeds), named like ``csv_frame``."""
@@ -189,7 +189,7 @@ def build_table(runs: pl.DataFrame, spec: TableSpec, metrics: dict[str, str], ta
     task_cols = list(dict.fromkeys(f"score.{t}" for b in baselines.values() for t in b.tasks))
     rows = rows.with_columns(*(pl.col(c) * 100.0 for c in task_cols), (pl.col("skip.param_rate") * 100.0).alias("skip"))
     values = [*task_cols, "avg", "skip", "retain"]
-    is_base = pl.any_horizontal(*(_in_group(b.group) for b in baselines.values()))
+    is_base = _in_baselines(baselines)
     stats = summarize(rows, values, level=level)
     order = stats.with_columns(is_base.not_().alias("_other")).sort(["backbone", "_other", *KEYS], nulls_last=True)
     reference = rows.filter(is_base)
@@ -206,6 +206,11 @@ def _with_avg(rows: pl.DataFrame, base: Baseline) -> pl.DataFrame:
     avg = pl.sum_horizontal(cols) * (100.0 / len(cols))
     missing = pl.any_horizontal(c.is_null() for c in cols)
     return rows.with_columns(pl.when(missing).then(None).otherwise(avg).alias("avg"))
+
+
+def _in_baselines(baselines: dict[str, Baseline]) -> pl.Expr:
+    """True on the rows of any of the baseline groups (one per backbone)."""
+    return pl.any_horizontal(*(_in_group(b.group) for b in baselines.values()))
 
 
 def _in_group(group: dict) -> pl.Expr:
