@@ -41,8 +41,8 @@ from typing import Any, Callable, Sequence
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
 from hero.dispatch.job import HydraJob, JobFailed
-from hero.dispatch.manifests import collect_into, error_line, print_summary, summarise, write_manifest
-from hero.dispatch.plan import plan_job, record_of, settle, task_overrides
+from hero.dispatch.manifests import collect_into, error_line, print_summary, record_entry, summarise, write_manifest
+from hero.dispatch.plan import plan_job, record_of, settle
 from hero.dispatch.slots import SlotPool
 from hero.results import is_completed, read_record_or_none
 
@@ -207,8 +207,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         """Copy the completed records of ``plans`` to ``collect_into`` (when set); a conflict is logged, not fatal."""
         if not self.hero["collect_into"]:
             return
-        found = [{"path": str(path), "overrides": task_overrides(p["overrides"]), "record": rec}
-                 for p in plans if is_completed(rec := read_record_or_none(path := p.get("record") or record_of(p)))]
+        found = [e for p in plans if (e := record_entry(p, p.get("record") or record_of(p))) and is_completed(e["record"])]
         new, _, conflicts = collect_into(found, self.hero["collect_into"])
         for path in new:
             log.info("collected %s", path)

@@ -206,17 +206,19 @@ def status(target: str | os.PathLike) -> dict:
 def collect(target: str | os.PathLike) -> dict:
     """States of the manifest's jobs plus their records, written to ``<sweep dir>/collected.json``."""
     summary = status(target)
-    records = []
-    for j in summary["jobs"]:
-        if j.get("record") and j["state"] in ("COMPLETED", "SKIPPED"):
-            rec = read_record_or_none(j["record"])
-            if rec is not None:
-                records.append({"path": j["record"], "overrides": task_overrides(j["overrides"]), "record": rec})
+    records = [e for j in summary["jobs"] if j.get("record") and j["state"] in ("COMPLETED", "SKIPPED")
+               if (e := record_entry(j, j["record"])) is not None]
     out = {"created": now_iso(), "sweep_dir": summary["sweep_dir"], "counts": summary["counts"],
            "failed": summary["failed"], "records": records}
     write_atomic(Path(summary["sweep_dir"]) / COLLECTED_FILENAME, out)
     summary["records"] = records
     return summary
+
+
+def record_entry(job: dict, path: str | os.PathLike) -> dict | None:
+    """``{path, overrides, record}`` of a job's readable record at ``path`` (what ``collect`` lists), else None."""
+    rec = read_record_or_none(path)
+    return None if rec is None else {"path": str(path), "overrides": task_overrides(job["overrides"]), "record": rec}
 
 
 # The calibration knobs (hero.calibration.knobs.KNOBS' keys) and their labels in record names.
