@@ -207,7 +207,8 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         """Copy the completed records of ``plans`` to ``collect_into`` (when set); a conflict is logged, not fatal."""
         if not self.hero["collect_into"]:
             return
-        found = [e for p in plans if (e := record_entry(p, p.get("record") or record_of(p))) and is_completed(e["record"])]
+        found = [e for p in plans
+                 if (e := record_entry(p, p.get("record") or record_of(p))) and is_completed(e["record"])]
         new, _, conflicts = collect_into(found, self.hero["collect_into"])
         for path in new:
             log.info("collected %s", path)
