@@ -401,6 +401,8 @@ def test_resolution_lists_every_paired_comparison_with_its_half_width(report):
     md = (report / "resolution.md").read_text()
     assert "**table3_ablations** (against tiny hero/full α=0.001 d_m=64 second_half): 4 comparisons of 3 seeds" in md
     assert "resolved: no_aux_state (α 0.001)" in md
+    adjusted = next(line for line in md.splitlines() if line.startswith("- **skip_adjusted**"))
+    assert " runs; " in adjusted and "seeds" not in adjusted  # its n counts runs at their own knobs, not shared seeds
 
 
 def test_benchmark_records_are_linked_to_the_quality_they_measure(report):
