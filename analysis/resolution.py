@@ -3,12 +3,12 @@ difference of a given size would need.
 
 A comparison is a paired difference in Retain: a table row against its table's baseline over
 their shared seeds (``Table.paired``), or a group's runs against the reference curve at each
-run's own skip (``analysis.curves.skip_adjusted``; its n counts runs, which may differ in knob and
-share seeds). It is *resolved* at ``level`` when its t
-interval excludes 0. Its half-width t_{(1+level)/2, n-1} · std / √n is the protocol's resolution
-for that comparison: a true difference of that size lands, on average, just at the interval's
-edge. ``seeds_needed`` inverts it: the fewest seeds whose half-width at a given std is at most a
-given difference. Comparisons of one seed (no std) say nothing about resolution and are left out.
+run's own skip (``analysis.curves.skip_adjusted``; its n counts runs, which may differ in knob
+and share seeds). It is *resolved* at ``level`` when its t interval excludes 0. Its half-width
+t_{(1+level)/2, n-1} · std / √n is the protocol's resolution for that comparison: a true
+difference of that size lands, on average, just at the interval's edge. ``seeds_needed``
+inverts it: the fewest seeds whose half-width at a given std is at most a given difference.
+Comparisons of one seed (no std) say nothing about resolution and are left out.
 """
 from __future__ import annotations
 
@@ -71,10 +71,10 @@ def resolution_markdown(found: pl.DataFrame, level: float = 0.95) -> str:
         part = found.filter(pl.col("source") == source)
         hw, sd = part["half_width"], part["std"]
         unit = "runs" if source == "skip_adjusted" else "seeds"
-        seeds = "/".join(str(n) for n in sorted(part["n"].unique().to_list()))
+        counts = "/".join(str(n) for n in sorted(part["n"].unique().to_list()))
         need = [seeds_needed(float(sd.median()), d, level) for d in RESOLVE_POINTS]
         chance = len(part) * (1.0 - level)
-        lines += [f"- **{source}** (against {part['against'][0]}): {len(part)} comparison{'s' * (len(part) != 1)} of {seeds} {unit}; "
+        lines += [f"- **{source}** (against {part['against'][0]}): {len(part)} comparison{'s' if len(part) != 1 else ''} of {counts} {unit}; "
                   f"half-width median {hw.median():.2f} (range {hw.min():.2f}–{hw.max():.2f}), "
                   f"std median {sd.median():.2f}. At that std, resolving "
                   + ", ".join(f"{d:g} point{'s' if d != 1 else ''} takes {n or '> 1000'} {unit}"
