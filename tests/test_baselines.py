@@ -14,7 +14,8 @@ from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import MICRO_RETAIN, compose_train
-from hero.baselines import methods, random_skip, skipgpt, static_drop
+from hero.baselines import random_skip, skipgpt, static_drop
+from hero.methods import METHODS
 from hero.baselines.attach import attach_policy
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.errors import ConfigError
@@ -125,7 +126,7 @@ def test_skipgpt_training_forward_adds_nothing_for_skipped_tokens_and_inference_
     trained = model(input_ids=ids, attention_mask=mask).logits
     assert not any(r.ffn_executed.any() for r in last_records(model))
     reference = tiny_llama()
-    from hero.testbed import drop_routable_ffn
+    from hero.model.drop import drop_routable_ffn
 
     with drop_routable_ffn(reference, LAYERS) as dropped, torch.no_grad():
         removed = dropped(input_ids=ids, attention_mask=mask).logits
@@ -195,7 +196,7 @@ def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
     ids, mask = tokens()
     monkeypatch.setattr(methods, "calibration_batches", lambda cfg, tokenizer, bed: [(ids, mask)])
     expected = independent_block_influence(forced_influence_model(), ids, mask)
-    prepared = methods.prepare(static_cfg(2), forced_influence_model(), None, LAYERS, None)
+    prepared = METHODS["static_drop"].prepare(static_cfg(2), forced_influence_model(), None, LAYERS, None, 0.0)
     record = prepared.record
     for layer, value in expected.items():
         assert record["block_influence"][str(layer)] == pytest.approx(value, abs=1e-6)
@@ -204,7 +205,7 @@ def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
     assert record["ranking"][:2] == [1, 2] and record["removed_layers"] == [1, 2]
     assert not prepared.trains and record["knob"] == {"name": "k", "value": 2, "calibrated": False}
     # the same calibration text gives the same ranking (and the same values)
-    again = methods.prepare(static_cfg(3), forced_influence_model(), None, LAYERS, None).record
+    again = METHODS["static_drop"].prepare(static_cfg(3), forced_influence_model(), None, LAYERS, None, 0.0).record
     assert again["block_influence"] == record["block_influence"] and again["ranking"] == record["ranking"]
     assert again["removed_layers"] == sorted(record["ranking"][:3])
     model = prepared.model
@@ -220,7 +221,7 @@ def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
 
 def test_static_drop_k_beyond_the_layer_set_is_one_clear_error(monkeypatch):
     with pytest.raises(ConfigError, match=r"method.k=5: static_drop can remove at most the 4 routable FFNs"):
-        methods.prepare(static_cfg(5), tiny_llama(), None, LAYERS, None)
+        METHODS["static_drop"].prepare(static_cfg(5), tiny_llama(), None, LAYERS, None, 0.0)
 
 
 # ----------------------------------------------------------------------------- random_skip
@@ -316,7 +317,7 @@ def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
         run(compose_train(micro_overrides + [f"method={name}", "eval=none", *extra]), run_dir=tmp_path / name)
         record = _record(tmp_path / name)
         assert record["method"] == record["variant"] == name and record["baseline"]["deviations"] is not None
-        assert record["knob_name"] == methods.KNOBS[name] and record["rho"] == {}
+        assert record["knob_name"] == METHODS[name].knob and record["rho"] == {}
         assert record["baseline"]["source"] and record["skip"]["per_layer_ffn_rate"]
     assert _record(tmp_path / "skipgpt_rt")["train"]["steps"] == 3
     assert _record(tmp_path / "skipgpt_rt")["router_params"]["router"] == 2 * (64 + 1)  # one Linear(64, 2), 1 layer

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO, compose_train
-from hero.calibration.file import CalibrationLookupError, calibrated_alpha, finished_entry, setup_hash, setup_of, \
+from hero.calibration_file import CalibrationLookupError, calibrated_alpha, finished_entry, setup_hash, setup_of, \
     write_entry
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec

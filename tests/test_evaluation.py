@@ -17,9 +17,10 @@ from hero.evaluation import (LM_EVAL_VERSION, EvaluationError, RetainError, chec
                              routing_statistics, suite_fingerprint, task_specs)
 from hero.evaluation.harness import harness_model, lm_eval_version, metric_values
 from hero.model import attach, last_records
-from hero.evaluation.tiny import scored_from
+from hero.testbed.suite import scored_from
 from hero.testbed import RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
-from hero.testbed.tasks import read_jsonl, score_sequences
+from hero.jsonl import read_jsonl
+from hero.testbed.tasks import score_sequences
 
 # HERO_SPEC §7, written out independently of conf/eval: (lm-eval task, few-shot, primary metric, chat template).
 PAPER7 = {

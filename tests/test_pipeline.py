@@ -15,8 +15,9 @@ from hero import wandb_offline
 from hero.data import collate, load_conversations, tokenize_conversation
 from hero.errors import ConfigError
 from hero.pipeline import run
+from hero.records import RunRecord
 
-RECORD_FIELDS = ("method", "ablation", "variant", "seed", "alpha", "router", "routable_layers", "skip", "eval",
+RECORD_FIELDS = ("method", "variant", "seed", "alpha", "router", "routable_layers", "skip", "eval",
                  "eval_meta", "train", "retain", "rho", "config_hash", "git_commit", "versions", "wall_time_s", "config")
 
 
@@ -68,6 +69,8 @@ def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, micro_cache, t
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     for field in RECORD_FIELDS:
         assert field in record, field
+    assert "ablation" not in record and RunRecord.from_dict(record).to_dict() == record
+    assert (tmp_path / "run" / "router" / "hero_router.safetensors").is_file()
     assert record["status"] == "completed" and record["method"] == "hero" and record["seed"] == 42
     assert objective == pytest.approx(record["train"]["final_loss"])
     assert record["train"]["steps"] == 3
@@ -289,7 +292,7 @@ def test_reference_methods_run_end_to_end(micro_overrides, tmp_path, method):
 
 @pytest.mark.parametrize("model, rank", [("tiny", 8), ("smollm2_135m", 32), ("llama3_1_8b", 128)])
 def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
-    from hero.pipeline import _with_lora
+    from hero.methods.lora import with_lora
 
     cfg = compose_train([f"model={model}", "method=lora"])
     assert cfg.method.r == rank and cfg.method.lora_alpha is None
@@ -299,5 +302,5 @@ def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
 
         tiny = transformers.LlamaForCausalLM(transformers.LlamaConfig(
             vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
-        lora = _with_lora(tiny, cfg.method).base_model.model.model.layers[0].mlp.up_proj
+        lora = with_lora(tiny, cfg.method).base_model.model.model.layers[0].mlp.up_proj
         assert lora.r["default"] == rank and lora.scaling["default"] == 2.0

@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from hero.evaluation.smollm2 import coarse_kl, process_agreement, process_answer
+from hero.smollm2.suite import coarse_kl, process_agreement, process_answer
 from hero.smollm2 import MICRO_RECIPE, knowledge, prompts, tasks
 from hero.smollm2.convert import gguf_path
 from hero.smollm2.data import read_plays

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from hero.model import decoder_layers
+from hero.model.drop import drop_routable_ffn
 from hero.testbed import (CHANCE, CHANCE_MARGIN, RECIPE, RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE,
-                          TOKEN_TYPES, drop_routable_ffn, ensure_testbed, evaluate, recipe_hash, retain,
+                          TOKEN_TYPES, ensure_testbed, evaluate, recipe_hash, retain,
                           token_type_batches, token_type_losses)
 from hero.testbed.build import build_corpus, build_tokenizer_and_streams
 

@@ -302,7 +302,7 @@ def build(model_cfg, router_cfg, layers, device: torch.device, dtype: torch.dtyp
     else:
         from hero import backbones
 
-        bed = backbones.testbed(model_cfg, cache_root)
+        bed = backbones.bed(model_cfg, cache_root)
         dense = backbones.load(model_cfg, bed, device=device).model.to(dtype)
     checkpoint = router_cfg.get("checkpoint")
     routed = routed_twin(dense, layers, checkpoint)

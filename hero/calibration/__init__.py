@@ -11,9 +11,8 @@ calibration file that ``train.py alpha=calibrated calibration.target_skip=0.2687
     storage.py   SQLite / RDB URL / journal file; password from the environment, masked output
     study.py     the ask/tell loop: ``parallel`` trials in flight across all studies
     trials.py    one trial = a real (optionally shortened) training run, inline / local / SLURM
-    file.py      the calibration file and ``calibrated_alpha`` for the pipeline
     bench.py     monotone sampler vs TPE: trials to reach the tolerance
-"""
-from hero.calibration.file import calibrated_alpha, transfer_report
 
-__all__ = ["calibrated_alpha", "transfer_report"]
+The calibration file these write and ``train.py alpha=calibrated`` reads is ``hero.calibration_file``
+(a low module: the pipeline reads it).
+"""

@@ -6,7 +6,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hero.calibration.knobs import knob_of
-from hero.calibration.file import backbone_key, finished_entry, layer_key, setup_hash, setup_of, write_entry
+from hero.calibration_file import backbone_key, finished_entry, layer_key, setup_hash, setup_of, write_entry
 from hero.calibration.storage import mask_secrets, open_storage, storage_spec
 from hero.calibration.study import Calibration, Outcome, Plan
 from hero.calibration.trials import executor_kind, full_steps, make_executor, param_ceiling, trial_steps
@@ -45,7 +45,7 @@ def plans_for(cfg: DictConfig) -> list[Plan]:
             raise CalibrationConfigError(
                 f"target_skip={target:g} is unreachable for layers={layer_key(cfg)} on {backbone_key(cfg)}: the routable "
                 f"FFNs hold {100 * ceiling:.2f} % of the parameters, so the realized skip rate stays below {ceiling:.4f}")
-    setup = setup_of(cfg)
+    setup = setup_of(cfg, knob.key)
     steps, full = trial_steps(cfg), full_steps(cfg)
     plans = []
     for target in targets:
@@ -106,7 +106,7 @@ def run_studies(first: DictConfig, plans: list[Plan]) -> tuple[list[Outcome], li
             "abs_error": abs(outcome.skip - plan.target), "tolerance": float(ccfg.tolerance), "trials": outcome.trials,
             "study": plan.name, "storage": spec.display, "sampler": ccfg.sampler, "seed": int(plan.cfg.seed),
             "trial_steps": plan.steps, "full_steps": plan.full_steps, "max_param_rate": plan.max_param_rate,
-            "setup_hash": plan.meta["setup_hash"], "setup": setup_of(plan.cfg)})
+            "setup_hash": plan.meta["setup_hash"], "setup": setup_of(plan.cfg, plan.knob.key)})
     return outcomes, failed
 
 

@@ -50,7 +50,7 @@ def full_steps(cfg: DictConfig) -> int:
     from hero.data import load_conversations
     from hero.training import total_updates
 
-    bed = backbones.testbed(cfg.model, str(cfg.paths.cache))
+    bed = backbones.bed(cfg.model, str(cfg.paths.cache))
     return total_updates(cfg.trainer, len(load_conversations(cfg.data, bed)))
 
 
@@ -162,7 +162,7 @@ def param_ceiling(cfg: DictConfig, with_layers: bool = False) -> float | tuple[f
     from hero.model.attach import decoder_layers, resolve_layers
     from hero.pipeline import layer_spec
 
-    bed = backbones.testbed(cfg.model, str(cfg.paths.cache))
+    bed = backbones.bed(cfg.model, str(cfg.paths.cache))
     config = AutoConfig.from_pretrained(backbones.resolve_path(cfg.model, bed))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

@@ -52,7 +52,7 @@ def local_task_rows(task: str, data_dir: str | None, lm_eval_task: str, data_key
     """lm-eval ``custom_dataset`` of a local task: ``<data_dir>/<task>.jsonl`` as the ``test`` split."""
     from datasets import Dataset, DatasetDict
 
-    from hero.testbed.tasks import read_jsonl
+    from hero.jsonl import read_jsonl
 
     if data_dir is None:
         raise EvaluationError(f"{lm_eval_task} reads its data from TaskManager metadata {data_key!r}: use {manager}")

@@ -4,9 +4,12 @@
   WinoGrande (5-shot, acc), OpenBookQA (0-shot, acc_norm), PIQA, BoolQ (0-shot, acc).
 * ``extended9``: paper7 + GSM8K (8-shot CoT, chat template, max 1,024 new tokens, exact
   match) + HumanEval (0-shot, greedy, pass@1).
-* ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.evaluation.tiny``),
+* ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.testbed.suite``),
   offline, seconds.
-* ``smollm2``: the SmolLM2 bed's tasks (``hero.evaluation.smollm2``), offline, with ``model=smollm2_135m``.
+* ``smollm2``: the SmolLM2 bed's tasks (``hero.smollm2.suite``), offline, with ``model=smollm2_135m``.
+
+A bed's suite (``bed.suite``, ``hero.bed``) is scored through the TaskManager the bed gives;
+every other suite through lm-eval's own task definitions.
 * ``none``: no evaluation.
 
 The tasks of a suite are listed in ``conf/eval/<suite>.yaml`` under ``tasks``, one entry
@@ -30,6 +33,7 @@ import json
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from omegaconf import OmegaConf
 from torch import nn
@@ -104,7 +108,7 @@ def suite_fingerprint(eval_cfg) -> str:
 
 
 def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dict, dict]:
-    """Scores of ``model`` on the suite; ``bed`` is the embedded testbed the ``tiny`` suite reads."""
+    """Scores of ``model`` on the suite; a bed (``hero.bed.Bed``) scores its own suite's local tasks."""
     if eval_cfg.suite == "none":
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
@@ -115,20 +119,27 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
             "tasks": {s.name: asdict(s) for s in specs}}
     was_training = model.training
     try:
-        if eval_cfg.suite == "tiny":
-            scores, counts = _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs)
-        elif eval_cfg.suite == "smollm2":
-            scores, counts = _evaluate_smollm2(model, tokenizer, eval_cfg, bed, specs)
-        else:
-            from lm_eval.tasks import TaskManager
-
-            scores, counts = _evaluate(model, tokenizer, eval_cfg, TaskManager(), specs)
+        with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir:
+            scores, counts = _evaluate(model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer,
+                                                                                 Path(workdir)), specs)
     finally:
         model.train(was_training)
     for name, n in counts.items():
         meta["tasks"][name]["n_samples"] = n
     meta["wall_time_s"] = time.time() - start
     return scores, meta
+
+
+def _task_manager(eval_cfg, specs, bed, tokenizer, workdir: Path):
+    """The bed's TaskManager for its own suite, lm-eval's default one for every other suite."""
+    if bed is not None and eval_cfg.suite == bed.suite:
+        unknown = sorted({s.name for s in specs} - set(bed.tasks))
+        if unknown:
+            raise EvaluationError(f"eval.tasks: {unknown} are not {bed.name} tasks ({', '.join(bed.tasks)})")
+        return bed.task_manager(tokenizer, [s.name for s in specs], workdir)
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager()
 
 
 def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict]:
@@ -140,31 +151,3 @@ def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict]:
     for spec in specs:
         scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec)
     return scores, counts
-
-
-def _evaluate_tiny(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
-    from hero.evaluation.tiny import task_manager, write_task_data
-    from hero.testbed import TASKS
-
-    from hero.testbed.cache import Testbed
-
-    if not isinstance(bed, Testbed):
-        raise EvaluationError("eval=tiny scores the embedded testbed's tasks: use it with model=tiny")
-    unknown = sorted({s.name for s in specs} - set(TASKS))
-    if unknown:
-        raise EvaluationError(f"eval.tasks: {unknown} are not testbed tasks ({', '.join(TASKS)})")
-    with tempfile.TemporaryDirectory(prefix="hero-tiny-eval-") as data_dir:
-        write_task_data(bed, tokenizer, data_dir, [s.name for s in specs])
-        return _evaluate(model, tokenizer, eval_cfg, task_manager(data_dir), specs)
-
-
-def _evaluate_smollm2(model, tokenizer, eval_cfg, bed, specs) -> tuple[dict, dict]:
-    from hero.evaluation.smollm2 import task_manager
-    from hero.smollm2 import TASKS, SmolLM2Bed
-
-    if not isinstance(bed, SmolLM2Bed):
-        raise EvaluationError("eval=smollm2 scores the SmolLM2 bed's tasks: use it with model=smollm2_135m")
-    unknown = sorted({s.name for s in specs} - set(TASKS))
-    if unknown:
-        raise EvaluationError(f"eval.tasks: {unknown} are not smollm2 tasks ({', '.join(TASKS)})")
-    return _evaluate(model, tokenizer, eval_cfg, task_manager(bed.data_dir / "tasks"), specs)

@@ -23,10 +23,14 @@ from pathlib import Path
 import torch
 
 from hero.data import sampled
+from hero.data.sft import read_conversations
+from hero.errors import ConfigError
 from hero.once import built_once
 from hero.smollm2 import data as sft
 from hero.smollm2 import knowledge, prompts, tasks
 from hero.smollm2.convert import convert, file_sha256, gguf_path
+from hero.smollm2.suite import task_manager
+from hero.smollm2.tokentypes import TOKEN_CLASSES, token_class_batches
 
 TASKS = ("knowledge", "answer", "heldout_ppl", "agree_text", "agree_chat")
 
@@ -58,7 +62,13 @@ RECIPES = {"full": RECIPE, "micro": MICRO_RECIPE}
 
 @dataclass
 class SmolLM2Bed:
-    """Paths of the built bed and its data manifest."""
+    """Paths of the built bed and its data manifest; the ``hero.bed.Bed`` of ``model=smollm2_135m``."""
+
+    name = "smollm2"
+    data_source = "smollm2"
+    suite = "smollm2"
+    tasks = TASKS
+    token_classes = TOKEN_CLASSES
 
     root: Path
     backbone_dir: Path
@@ -68,7 +78,32 @@ class SmolLM2Bed:
 
     def provenance(self) -> dict:
         """What a run record names as the bed it ran on: the GGUF file's sha256 and the data hash."""
-        return {"name": "smollm2", "gguf_sha256": self.gguf_sha256, "data_hash": self.manifest["data_hash"]}
+        return {"name": self.name, "gguf_sha256": self.gguf_sha256, "data_hash": self.manifest["data_hash"]}
+
+    @classmethod
+    def check(cls, model_cfg) -> None:
+        if model_cfg.get("recipe") not in RECIPES:
+            raise ConfigError(f"model.recipe={model_cfg.get('recipe')!r}: allowed smollm2 recipes are "
+                              f"{', '.join(RECIPES)}")
+
+    @classmethod
+    def check_data(cls, data_cfg) -> None:
+        """The bed's data has no options beyond the common ones (``max_samples``, ``max_length``)."""
+
+    @classmethod
+    def ensure(cls, model_cfg, cache_root: str | Path | None = None) -> SmolLM2Bed:
+        return ensure_smollm2(cache_root, recipe=RECIPES[model_cfg.recipe])
+
+    def conversations(self, data_cfg, split: str) -> list[list[dict]]:
+        """The responses SmolLM2 sampled for the recipe's prompts (``build_data``)."""
+        return read_conversations(self.data_dir / ("sft_train.jsonl" if split == "train" else "sft_val.jsonl"))
+
+    def task_manager(self, tokenizer, tasks: list[str], workdir: Path):
+        """The ``smollm2`` tasks, reading the task files the bed wrote once (``workdir`` is not needed)."""
+        return task_manager(self.data_dir / "tasks")
+
+    def token_class_batches(self, tokenizer, batch_size: int):
+        return token_class_batches(self, tokenizer, batch_size=batch_size)
 
 
 def data_hash(recipe: DataRecipe) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
-from hero.testbed.tasks import read_jsonl
+from hero.jsonl import read_jsonl
 from hero.testbed.tokentypes import labelled_batches
 
 TOKEN_CLASSES = ("answer_first", "markup", "whitespace", "punctuation", "number", "function_word", "content_word",

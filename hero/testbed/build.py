@@ -32,12 +32,13 @@ import torch
 import transformers
 
 from hero.testbed import corpus as C
-from hero.testbed.control import drop_routable_ffn
+from hero.model.drop import drop_routable_ffn
 from hero.testbed.pretrain import pretrain, tokenize_docs
 from hero.testbed.recipe import Recipe, recipe_dict, recipe_hash
 from hero.testbed.sft import make_sft
+from hero.jsonl import write_jsonl
 from hero.testbed.tasks import (evaluate, make_arith_task, make_arith_units, make_cloze_task, make_fact_select,
-                                make_fact_tasks, make_ppl_task, retain, write_jsonl)
+                                make_fact_tasks, make_ppl_task, retain)
 from hero.testbed.tokenizer import train_tokenizer
 from hero.testbed.tokentypes import make_token_type_sequences, token_type_losses
 

@@ -17,39 +17,10 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
+from hero.testbed.bed import Testbed
 from hero.testbed.recipe import RECIPE, Recipe, recipe_hash
-
-
-@dataclass
-class Testbed:
-    """Paths of one built testbed and its manifest."""
-
-    root: Path
-    backbone_dir: Path
-    data_dir: Path
-    recipe_hash: str
-    manifest: dict
-
-    def provenance(self) -> dict:
-        """What a run record names as the bed it ran on: the recipe hash (backbone, data and tasks)."""
-        return {"name": "testbed", "recipe_hash": self.recipe_hash}
-
-    def load_backbone(self, dtype: torch.dtype = torch.float32):
-        """The pretrained backbone (``LlamaForCausalLM``) in eval mode."""
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_pretrained(self.backbone_dir, dtype=dtype).eval()
-
-    def load_tokenizer(self):
-        """The testbed tokenizer (with its chat template)."""
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(self.backbone_dir)
 
 
 def resolve_cache_root(root: str | Path | None = None) -> Path:

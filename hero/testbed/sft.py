@@ -87,7 +87,7 @@ def ensure_sampled(bed) -> Path:
     """
     from hero.data.sampled import conversations, respond
     from hero.once import built_once
-    from hero.testbed.tasks import read_jsonl, write_jsonl
+    from hero.jsonl import read_jsonl, write_jsonl
 
     directory = bed.data_dir / f"sampled-v{SAMPLED_VERSION}"
 

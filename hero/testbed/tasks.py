@@ -50,14 +50,13 @@ Every metric other than ``ppl`` and ``loss`` is higher-is-better. ``TASK_PRIMARY
 names each task's primary metric; Retain (score / baseline score per task, mean × 100) is
 computed over ``RETAIN_TASKS`` only: ``fact_select`` and ``heldout_ppl``, the bounded
 metrics that are far above chance and respond to removing the routable FFNs on every
-build audited by ``hero.testbed.audit`` (README, ``docs/testbed_audit``). The others are
+build audited by ``hero.audit`` (README, ``docs/testbed_audit``). The others are
 diagnostics: near chance (``fact_answer``, ``arithmetic``, ``arith_units``, whose ratios
 to dense swing by more than ×2 between builds of one recipe) or unmoved by the routable
 FFNs (``fact_recall``, ``play_cloze``).
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
@@ -65,6 +64,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hero.jsonl import read_jsonl
 from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES, arith_line, facts_of
 from hero.testbed.recipe import RECIPE
 
@@ -187,18 +187,6 @@ def make_ppl_task(heldout: dict[str, str], tokenizer, max_tokens: int, seq_len: 
         items.append({"text": chunk, "play": name})
         total += n_tok
     return items
-
-
-def write_jsonl(path: Path, records: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def _device(model) -> torch.device:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES
-from hero.testbed.tasks import read_jsonl
+from hero.jsonl import read_jsonl
 
 TOKEN_TYPES = ("plain", "fact_answer", "fact_other", "arith_answer", "arith_operand")
 _INDEX = {name: i for i, name in enumerate(TOKEN_TYPES)}

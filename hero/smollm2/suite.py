@@ -1,8 +1,8 @@
-"""The ``smollm2`` suite in lm-evaluation-harness form: the SmolLM2 bed's tasks as local lm-eval tasks.
+"""The SmolLM2 bed's suite (``eval=smollm2``) in lm-evaluation-harness form: the SmolLM2 bed's tasks as local lm-eval tasks.
 
-Task definitions: ``tasks/smollm2/hero_smollm2_<task>.yaml``; their data are the task files
+Task definitions: ``lm_eval/hero_smollm2_<task>.yaml`` next to this module; their data are the task files
 the bed wrote once (``hero.smollm2.tasks``), reached through the TaskManager's metadata
-(``custom_dataset: !function hero.evaluation.smollm2.load_dataset``), and the TaskManager
+(``custom_dataset: !function hero.smollm2.suite.load_dataset``), and the TaskManager
 indexes only that folder, so the suite runs offline. Every primary metric is bounded and
 higher is better:
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from hero.evaluation.harness import local_task_manager, local_task_rows
 from hero.smollm2.knowledge import contains_answer
 
-TASK_DIR = Path(__file__).with_name("tasks") / "smollm2"
+TASK_DIR = Path(__file__).with_name("lm_eval")
 DATA_KEY = "hero_smollm2_data"
 
 
@@ -37,7 +37,7 @@ def task_manager(data_dir: str | Path):
 def load_dataset(task: str, hero_smollm2_data: str | None = None, **_):
     """lm-eval ``custom_dataset``: the rows of ``task`` as the ``test`` split."""
     return local_task_rows(task, hero_smollm2_data, lm_eval_task(task), DATA_KEY,
-                           "hero.evaluation.smollm2.task_manager")
+                           "hero.smollm2.suite.task_manager")
 
 
 def process_answer(doc: dict, results: list[str]) -> dict:
@@ -48,17 +48,6 @@ def process_text(doc: dict, results: list[float]) -> dict:
     scored = (results[0], doc["n_tokens"])
     return {"loss": scored, "ppl": scored, "inv_ppl": scored}
 
-
-def token_loss(scored: list[tuple[float, int]]) -> float:
-    return -sum(s for s, _ in scored) / sum(n for _, n in scored)
-
-
-def token_ppl(scored: list[tuple[float, int]]) -> float:
-    return math.exp(token_loss(scored))
-
-
-def token_inv_ppl(scored: list[tuple[float, int]]) -> float:
-    return math.exp(-token_loss(scored))
 
 
 def coarse_kl(dense_logp: list[float], logq: list[float]) -> float:

@@ -1,11 +1,11 @@
-"""The ``tiny`` suite in lm-evaluation-harness form: the embedded testbed's tasks as local lm-eval tasks.
+"""The testbed's suite (``eval=tiny``) in lm-evaluation-harness form: its tasks as local lm-eval tasks.
 
 HERO_SPEC §7 asks for every score to come from lm-evaluation-harness; on the testbed
-that is ``eval=tiny``. The task definitions are the YAML files in ``tasks/tiny/`` next to
+that is ``eval=tiny``. The task definitions are the YAML files in ``lm_eval/`` next to
 this module (``hero_tiny_<task>``, one per ``hero.testbed.TASKS``). Their data is
 generated for each evaluation by ``write_task_data`` from the testbed's task files into a
 temporary directory that reaches the tasks through the TaskManager's metadata
-(``custom_dataset: !function hero.evaluation.tiny.load_dataset``): nothing is downloaded,
+(``custom_dataset: !function hero.testbed.suite.load_dataset``): nothing is downloaded,
 and the TaskManager indexes only that folder (``include_defaults=False``), so the whole
 suite runs offline in seconds.
 
@@ -34,13 +34,12 @@ float summation order).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from hero.evaluation.harness import EvaluationError, local_task_manager, local_task_rows
-from hero.testbed.tasks import read_jsonl
+from hero.jsonl import read_jsonl
 
-TASK_DIR = Path(__file__).with_name("tasks") / "tiny"
+TASK_DIR = Path(__file__).with_name("lm_eval")
 DATA_KEY = "hero_tiny_data"
 
 
@@ -98,7 +97,7 @@ def task_manager(data_dir: str | Path):
 
 def load_dataset(task: str, hero_tiny_data: str | None = None, **_):
     """lm-eval ``custom_dataset``: the generated rows of ``task`` as the ``test`` split."""
-    return local_task_rows(task, hero_tiny_data, lm_eval_task(task), DATA_KEY, "hero.evaluation.tiny.task_manager")
+    return local_task_rows(task, hero_tiny_data, lm_eval_task(task), DATA_KEY, "hero.testbed.suite.task_manager")
 
 
 def process_answer(doc: dict, results: list[tuple[float, bool]]) -> dict:
@@ -109,21 +108,3 @@ def process_answer(doc: dict, results: list[tuple[float, bool]]) -> dict:
 def process_text(doc: dict, results: list[tuple[float, bool]]) -> dict:
     scored = (results[0][0], doc["n_tokens"])
     return {"loss": scored, "ppl": scored, "inv_ppl": scored}
-
-
-def exp_mean(log_probs: list[float]) -> float:
-    """exp(mean log-prob): the geometric-mean probability of a whole answer."""
-    return math.exp(sum(log_probs) / len(log_probs))
-
-
-def token_loss(scored: list[tuple[float, int]]) -> float:
-    """Mean NLL per token over (summed log-prob, token count) items."""
-    return -sum(s for s, _ in scored) / sum(n for _, n in scored)
-
-
-def token_ppl(scored: list[tuple[float, int]]) -> float:
-    return math.exp(token_loss(scored))
-
-
-def token_inv_ppl(scored: list[tuple[float, int]]) -> float:
-    return math.exp(-token_loss(scored))

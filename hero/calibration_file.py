@@ -1,7 +1,9 @@
 """The calibration file: (backbone, layer set, variant, target skip) → α, and how it was found.
 
 A baseline method's entry holds its cost knob instead of α (``"knob": "p", "value": 0.31``;
-``hero.calibration.knobs``), read by ``train.py method=random_skip method.p=calibrated …``.
+``hero.calibration.knobs``), read by ``train.py method=random_skip method.p=calibrated …``. Each lookup
+names the config key of the knob it reads (``knob_key``: ``"alpha"`` or e.g. ``"method.p"``, the
+method's ``hero.methods`` entry), so this module, which the pipeline reads, needs nothing above it.
 
 ``calibrate.py`` writes it, ``train.py alpha=calibrated calibration.target_skip=<t>`` reads
 it. JSON, written atomically (``hero.results.write_atomic``) under a lock so that several
@@ -43,9 +45,9 @@ class CalibrationLookupError(ConfigError):
 
 
 def backbone_key(cfg: DictConfig) -> str:
-    """The backbone name, with the testbed recipe when it is not the default one."""
+    """The backbone name, with a bed's recipe when it is not the default one (``model.recipe=micro``)."""
     recipe = cfg.model.get("recipe")
-    return f"{cfg.model.name}:{recipe}" if cfg.model.source == "testbed" and recipe not in (None, "full") else cfg.model.name
+    return f"{cfg.model.name}:{recipe}" if recipe not in (None, "full") else cfg.model.name
 
 
 def layer_key(cfg: DictConfig) -> str:
@@ -59,16 +61,14 @@ def target_key(target: float) -> float:
     return round(float(target), 6)
 
 
-def setup_of(cfg: DictConfig) -> dict:
-    """What besides α, seed and length moves the α → skip response of a run."""
+def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
+    """What besides the knob (``knob_key``: α, or a baseline's ``method.<knob>``), seed and length moves the
+    knob → skip response of a run; HeRo's method is its name, a baseline's its other options."""
     trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if k not in TRAINER_RUN_KEYS}
     method = cfg.method.name
-    if method != "hero":  # a baseline's options other than the knob it is calibrated by
-        from hero.calibration.knobs import knob_of
-
-        knob = knob_of(method)
+    if knob_key != "alpha":
         method = {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items()
-                  if knob is None or f"method.{k}" != knob.key}
+                  if f"method.{k}" != knob_key}
     return {"model": OmegaConf.to_container(cfg.model, resolve=True), "layers": layer_key(cfg),
             "method": method, "router": OmegaConf.to_container(cfg.router, resolve=True),
             "data": OmegaConf.to_container(cfg.data, resolve=True), "trainer": trainer}
@@ -146,7 +146,7 @@ def _differences(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def lookup(cfg: DictConfig) -> dict:
+def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     """The calibration entry for this run's variant, target, backbone, layer set and setup."""
     path = Path(cfg.calibration.file)
     target = cfg.calibration.get("target_skip")
@@ -157,32 +157,24 @@ def lookup(cfg: DictConfig) -> dict:
     matches = [e for e in entries if _same_key(e, wanted)]
     what = f"variant={cfg.variant} target_skip={target:g} backbone={wanted['backbone']} layers={wanted['layer_set']}"
     if not matches:
-        hero = cfg.method.name == "hero"
+        hero = knob_key == "alpha"
         command = f"ablation={cfg.variant}" if hero else f"method={cfg.method.name}"
-        raise CalibrationLookupError(f"{_calibrated_key(cfg)}=calibrated: {path} has no {'α' if hero else 'value'} for "
+        raise CalibrationLookupError(f"{knob_key}=calibrated: {path} has no {'α' if hero else 'value'} for "
                                      f"{what}; it holds: {_describe(entries)} "
                                      f"(python calibrate.py {command} target_skip={target:g} adds it)")
-    setup = setup_of(cfg)
+    setup = setup_of(cfg, knob_key)
     for entry in matches:
         if entry["setup_hash"] == setup_hash(setup):
             return entry
     diff = _differences(setup, matches[-1]["setup"])
-    value = "α" if cfg.method.name == "hero" else "value"
-    raise CalibrationLookupError(f"{_calibrated_key(cfg)}=calibrated: the {value} for {what} in {path} was calibrated "
+    value = "α" if knob_key == "alpha" else "value"
+    raise CalibrationLookupError(f"{knob_key}=calibrated: the {value} for {what} in {path} was calibrated "
                                  f"with a different setup: {', '.join(diff[:4])}")
 
 
-def _calibrated_key(cfg: DictConfig) -> str:
-    if cfg.method.name == "hero":
-        return "alpha"
-    from hero.calibration.knobs import knob_of
-
-    return knob_of(cfg.method.name).key
-
-
-def calibrated_knob(cfg: DictConfig) -> float:
+def calibrated_knob(cfg: DictConfig, knob_key: str) -> float:
     """A baseline's knob for ``method.<knob>=calibrated``: its calibrated value at ``calibration.target_skip``."""
-    return float(lookup(cfg)["value"])
+    return float(lookup(cfg, knob_key)["value"])
 
 
 def calibrated_alpha(cfg: DictConfig) -> float:
@@ -190,13 +182,13 @@ def calibrated_alpha(cfg: DictConfig) -> float:
     return float(lookup(cfg)["alpha"])
 
 
-def transfer_report(cfg: DictConfig, realized: float) -> dict:
+def transfer_report(cfg: DictConfig, realized: float, knob_key: str | None = "alpha") -> dict:
     """The ``calibration`` section of a final run's record: realized skip against the target.
 
     Prints one line; says so when the run missed the target by more than the calibration
     tolerance (e.g. a calibration with shortened trials that did not transfer).
     """
-    entry = lookup(cfg)
+    entry = lookup(cfg, knob_key)
     target = float(entry["target_skip"])
     name = entry.get("knob", "alpha")
     value = entry["alpha"] if name == "alpha" else entry["value"]

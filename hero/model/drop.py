@@ -1,8 +1,8 @@
-"""The ``drop_routable_ffn`` control: the routable FFNs removed, nothing in their place.
+"""The routable FFNs removed, nothing in their place (``method=drop_routable_ffn``, ``hero.methods``).
 
 This is the floor a routing method must beat at 100 % skip of the routable layers
-(and no adapter): the testbed is only useful if this control loses clearly against
-the dense backbone (the tests require >= 10 points of tiny-suite Retain).
+(and no adapter): a bed is only useful if this control loses clearly against the dense
+backbone (the testbed's tests require >= 10 points of tiny-suite Retain).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class ZeroFFN(nn.Module):
 
 
 def second_half(model: nn.Module) -> tuple[int, ...]:
-    """The testbed's routable layers of ``model``: the second half of its decoder layers (0-based)."""
+    """The default routable layers of ``model``: the second half of its decoder layers (0-based)."""
     n = len(decoder_layers(model))
     return tuple(range(n // 2, n))
 

@@ -1,0 +1,77 @@
+"""What Table 1's baselines share as ``method=`` options: a cost knob and the record's ``baseline`` section.
+
+Each baseline's cost is reported like HeRo's: the realized parameter skip rate (HERO_SPEC §7)
+measured by the same ``SkipMeter`` on the same routing data; its knob is calibrated like α
+(``method.<knob>=calibrated`` reads the calibration file):
+
+    method        knob            trains                              definition
+    skipgpt_rt    target_ratio    the per-layer routers (backbone     hero.baselines.skipgpt
+                                  frozen), LM + sparsity loss
+    static_drop   k               nothing                             hero.baselines.static_drop
+    random_skip   p               the adapters (adapter=true), LM     hero.baselines.random_skip
+"""
+from __future__ import annotations
+
+from types import ModuleType
+from typing import ClassVar
+
+import torch
+from omegaconf import OmegaConf
+
+from hero.calibration_file import calibrated_knob
+from hero.methods.base import Method, MethodConfigError, Prepared
+from hero.evaluation.routing import routing_statistics
+
+
+def check_number(method: str, key: str, value, low: float, high: float, closed_high: bool = False,
+                 knob: bool = False) -> None:
+    """``value`` is a number in [low, high) (or [low, high]); one line naming it otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value and (
+        value <= high if closed_high else value < high)
+    if not ok:
+        bracket = "]" if closed_high else ")"
+        raise MethodConfigError(f"method.{key}={value!r}: {method} needs a number in [{low:g}, {high:g}{bracket}"
+                                + (" or 'calibrated'" if knob else ""))
+
+
+def no_regularizer(gates, valid: torch.Tensor) -> torch.Tensor:
+    """Random and static routing have nothing to regularise: the loss is L_LM alone."""
+    return torch.zeros((), device=valid.device)
+
+
+class Baseline(Method):
+    """A Table 1 baseline: ``knob`` is its cost knob under ``method.``, ``module`` its definition."""
+
+    knob: ClassVar[str]
+    module: ClassVar[ModuleType]
+
+    @property
+    def knob_key(self) -> str:
+        return f"method.{self.knob}"
+
+    def knob_value(self, cfg) -> tuple[float | int, bool]:
+        """(the cost knob's value, whether it came from the calibration file: ``method.<knob>=calibrated``)."""
+        value = cfg.method[self.knob]
+        if value != "calibrated":
+            return value, False
+        return self.cast(calibrated_knob(cfg, self.knob_key)), True
+
+    def cast(self, value: float) -> float | int:
+        return float(value)
+
+    def resolve(self, cfg, resolved: dict) -> None:
+        resolved["method"][self.knob] = self.knob_value(cfg)[0]
+
+    def options(self, cfg, value) -> dict:
+        """The method's options as the routed model reports them (``model.hero_config``), knob resolved."""
+        options = {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items() if k != "name"}
+        return {**options, self.knob: value}
+
+    def record(self, value, calibrated: bool, **extra) -> dict:
+        """The record's ``baseline`` section: definition, deviations from the source, knob and its settings."""
+        return {"method": self.name, "source": self.module.SOURCE, "deviations": list(self.module.DEVIATIONS),
+                "knob": {"name": self.knob, "value": value, "calibrated": calibrated}, **extra}
+
+    def statistics(self, prepared: Prepared, batches, classes) -> tuple[dict, dict]:
+        """Baselines have no forget factor ρ: only the skip section."""
+        return routing_statistics(prepared.model, batches(), classes)[0], {}
