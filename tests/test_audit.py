@@ -1,4 +1,4 @@
-"""The testbed audit (hero.testbed.audit) on one micro build: every job runs through the pipeline, the
+"""The testbed audit (hero.audit) on one micro build: every job runs through the pipeline, the
 table is recomputed from the records, and a report-only rerun reproduces it without running anything."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from hero.testbed import retain
-from hero.testbed.audit import jobs
+from hero.audit import jobs
 
 MICRO = ["model.recipe=micro", "trainer.max_steps=3", "trainer.global_batch=4", "trainer.micro_batch=2",
          "eval.limit=12"]
@@ -19,7 +19,7 @@ MICRO = ["model.recipe=micro", "trainer.max_steps=3", "trainer.global_batch=4", 
 
 def _audit(args: list[str], tmp_path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "hero.testbed.audit", "--recipe-seeds", "7", "--isa", "native",
+    return subprocess.run([sys.executable, "-m", "hero.audit", "--recipe-seeds", "7", "--isa", "native",
                            "--seeds", "42,43", "--out", str(tmp_path / "audit"), *args, *MICRO],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
 

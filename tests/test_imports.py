@@ -1,0 +1,76 @@
+"""Imports run downhill: each module of ``hero`` imports only modules on its own floor or below.
+
+The floors, lowest first (a module's floor is its longest listed prefix):
+
+    0  errors once results records jsonl bed           plain records, files and the bed interface
+    1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
+    2  testbed smollm2 baselines                       beds and the baselines' routing policies
+    3  backbones methods training tracking             registries of beds and methods; the loop
+    4  pipeline rescore                                one run end to end
+    5  calibration dispatch bench audit                what runs many runs
+
+Imports inside functions count too: hiding an upward import in a function is still an upward import.
+``analysis`` reads records and never reaches into ``tests/``.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FLOORS = {
+    0: ("errors", "once", "results", "records", "jsonl", "bed"),
+    1: ("model", "objectives", "data", "evaluation", "calibration_file", "distributed", "preemption", "wandb_offline",
+        "summary"),
+    2: ("testbed", "smollm2", "baselines"),
+    3: ("backbones", "methods", "training", "tracking"),
+    4: ("pipeline", "rescore"),
+    5: ("calibration", "dispatch", "bench", "audit"),
+}
+FLOOR = {name: floor for floor, names in FLOORS.items() for name in names}
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of ``hero.<top>...`` (None for ``hero`` itself, whose lazy names are the public API)."""
+    parts = module.split(".")
+    return FLOOR[parts[1]] if len(parts) > 1 else None
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every ``hero`` import in a file, at any depth."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hero":
+            names = [f"{node.module}.{a.name}" if node.module == "hero" else node.module for a in node.names]
+            out += [(node.lineno, name) for name in names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "hero"]
+    return out
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_every_hero_module_has_a_floor():
+    tops = {p.relative_to(REPO / "hero").parts[0].removesuffix(".py") for p in (REPO / "hero").rglob("*.py")}
+    assert sorted(tops - set(FLOOR) - {"__init__", "__main__"}) == []
+
+
+def test_hero_imports_run_downhill():
+    upward = []
+    for path in sorted((REPO / "hero").rglob("*.py")):
+        source = floor_of(module_name(path))
+        if source is None:
+            continue
+        for line, target in imports(path):
+            if "." in target and target.split(".")[1] in FLOOR and floor_of(target) > source:
+                upward.append(f"{path.relative_to(REPO)}:{line} (floor {source}) imports {target} "
+                              f"(floor {floor_of(target)})")
+    assert upward == []
+
+
+def test_analysis_reaches_nothing_in_tests():
+    for path in (REPO / "analysis").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert '"tests"' not in text and "tests/" not in text and "import tests" not in text, path
