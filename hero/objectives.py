@@ -64,9 +64,15 @@ def per_token_param_skip(records: Sequence[BlockRecord], ffn_params: dict[int, i
 class SkipMeter:
     """Accumulates realized routing statistics over batches, excluding padding.
 
-    ``param_rate`` is the mean over tokens of the per-token parameter skip rate
-    (HERO_SPEC §7), never the target; ``per_layer_ffn_rate`` is how often each
-    routable layer executed its FFN.
+    Each statistic names what it averages over, because two of them are easily read as the other:
+
+    ``param_rate``             mean over non-padding tokens of the per-token parameter skip rate (HERO_SPEC §7),
+                               never the target: a share of the backbone's *parameters*
+    ``ffn_execution_rate``     share of routable (token, layer) FFN calls that ran: a share of *FFN executions*
+    ``per_layer_ffn_rate``     per routable layer, share of non-padding tokens whose FFN ran
+    ``per_layer_mean_gate``    per routable layer, mean of g over ALL non-padding tokens, skipped ones included
+    ``per_layer_executed_gate`` per routable layer, mean of g over the tokens whose FFN ran (the scale eq 3
+                               applies to an executed FFN's output); null for a layer that executed none
     """
 
     def __init__(self, model: nn.Module):
@@ -80,6 +86,7 @@ class SkipMeter:
         self.tokens = 0
         self.ffn_counts = torch.zeros(len(self.layers), dtype=torch.float64)
         self.gate_sums = torch.zeros(len(self.layers), dtype=torch.float64)
+        self.executed_gate_sums = torch.zeros(len(self.layers), dtype=torch.float64)
         self.per_token: list[torch.Tensor] = []
 
     def update(self, records: Sequence[BlockRecord], valid: torch.Tensor) -> None:
@@ -88,8 +95,11 @@ class SkipMeter:
         self.per_token.append(rates[valid])
         self.tokens += int(valid.sum())
         for i, record in enumerate(records):
-            self.ffn_counts[i] += record.ffn_executed.detach().cpu()[valid].sum()
-            self.gate_sums[i] += record.gate.detach().float().cpu()[valid].sum()
+            executed = record.ffn_executed.detach().cpu()[valid]
+            gate = record.gate.detach().float().cpu()[valid]
+            self.ffn_counts[i] += executed.sum()
+            self.gate_sums[i] += gate.sum()
+            self.executed_gate_sums[i] += gate[executed].sum()
 
     @property
     def param_rate(self) -> float:
@@ -103,12 +113,17 @@ class SkipMeter:
         edges = torch.linspace(0.0, ceiling, HISTOGRAM_BINS + 1)
         quantiles = torch.quantile(per_token, torch.tensor(QUANTILES, dtype=torch.float64)) if self.tokens else None
         n = max(self.tokens, 1)
+        executed_gate = {str(layer): float(s / c) if c else None
+                         for layer, s, c in zip(self.layers, self.executed_gate_sums, self.ffn_counts)}
+        calls = self.tokens * len(self.layers)
         return {
             "param_rate": self.param_rate,
+            "ffn_execution_rate": float(self.ffn_counts.sum() / calls) if calls else float("nan"),
             "max_param_rate": ceiling,
             "tokens": self.tokens,
             "per_layer_ffn_rate": {str(layer): float(c / n) for layer, c in zip(self.layers, self.ffn_counts)},
             "per_layer_mean_gate": {str(layer): float(s / n) for layer, s in zip(self.layers, self.gate_sums)},
+            "per_layer_executed_gate": executed_gate,
             "per_token": {
                 "quantiles": {str(q): float(v) for q, v in zip(QUANTILES, quantiles)} if quantiles is not None else {},
                 "histogram": {"edges": edges.tolist(), "counts": counts.tolist()},

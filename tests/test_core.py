@@ -232,6 +232,25 @@ def test_realized_param_skip_rate_counts_bypassed_ffn_parameters(routed):
         assert stats["per_layer_ffn_rate"][str(record.layer)] == pytest.approx(rate)
 
 
+def test_executed_gate_averages_over_executed_tokens_only_and_mean_gate_over_all(routed):
+    """The two gate statistics differ exactly by the skipped tokens; padding counts in neither."""
+    from hero.model.block import BlockRecord
+
+    first, second = (block.layer for block in hero.routed_blocks(routed)[:2])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    gate = torch.tensor([[0.9, 0.2, 0.7, 0.99], [0.3, 0.8, 0.1, 0.6]])
+    executed = gate >= 0.5
+    records = [BlockRecord(first, gate, executed), BlockRecord(second, gate, torch.zeros_like(executed))]
+    meter = SkipMeter(routed)
+    meter.update(records, mask)
+    stats = meter.result()
+    assert stats["per_layer_executed_gate"][str(first)] == pytest.approx((0.9 + 0.7 + 0.8 + 0.6) / 4)
+    assert stats["per_layer_mean_gate"][str(first)] == pytest.approx((0.9 + 0.2 + 0.7 + 0.3 + 0.8 + 0.1 + 0.6) / 7)
+    assert stats["per_layer_executed_gate"][str(second)] is None  # no executed token: no executed gate
+    assert stats["ffn_execution_rate"] == pytest.approx(4 / (7 * len(meter.layers)))  # executions / routable calls
+    assert stats["ffn_execution_rate"] == pytest.approx(sum(stats["per_layer_ffn_rate"].values()) / len(meter.layers))
+
+
 def _trainable_names(model):
     return {n for n, p in model.named_parameters() if p.requires_grad}
 

@@ -251,3 +251,7 @@ def test_routing_statistics_include_gate_histograms(micro):
         assert sum(h["counts"]) == int(mask.sum()) == skip["tokens"]
         above = sum(c for c, lo in zip(h["counts"], h["edges"]) if lo >= 0.5)
         assert math.isclose(above / skip["tokens"], skip["per_layer_ffn_rate"][layer])
+        executed_gate = skip["per_layer_executed_gate"][layer]  # HeRo executes iff g ≥ τ = 0.5
+        assert (executed_gate is None) if above == 0 else 0.5 <= executed_gate <= 1.0
+    rates = skip["per_layer_ffn_rate"].values()
+    assert math.isclose(skip["ffn_execution_rate"], sum(rates) / len(rates))  # every layer sees the same tokens

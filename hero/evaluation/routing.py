@@ -1,10 +1,11 @@
 """Routing statistics on evaluation data: where a variant spends its FFNs.
 
-Realized parameter skip rate, per-layer FFN execution rate, the distribution of
-per-token skip rates (HERO_SPEC §7, ``hero.objectives.SkipMeter``), a histogram of the
-executed gate g per layer (``gate_histogram``), learned ρ, and (on the testbed) the FFN
-execution rate per token type — plain text, fact answers, other fact tokens, arithmetic
-answers, operands. Padding is excluded everywhere.
+Realized parameter skip rate, routable-FFN execution rate (overall and per layer), the mean
+gate per layer over all tokens and over executed tokens only, the distribution of per-token
+skip rates (HERO_SPEC §7, ``hero.objectives.SkipMeter``, whose docstring says what each
+statistic averages over), a histogram of the gate g per layer over all tokens
+(``gate_histogram``), learned ρ, and the FFN execution rate per token type or class
+(``by_token_type``). Padding is excluded everywhere.
 """
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from hero.objectives import HISTOGRAM_BINS, SkipMeter, learned_rho
 
 
 class GateHistogram:
-    """Per routable layer, counts of the executed gate g ∈ [0, 1] over real tokens."""
+    """Per routable layer, counts of the gate g ∈ [0, 1] over all non-padding tokens, skipped ones included.
+
+    For HeRo, whose FFN runs iff g ≥ τ, the bins at or above τ hold the executed tokens.
+    """
 
     def __init__(self, bins: int = HISTOGRAM_BINS):
         self.bins = bins
