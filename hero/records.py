@@ -23,8 +23,10 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
     eval_meta       dict       suite, primary metric per task, lm_eval version, limit, fingerprint, times
     retain          dict       value (x100), baseline (named), tasks, metrics, baseline_source
     train           dict       final_loss, final_lm_loss, final_skip_loss, steps, tokens, ... (None: untrained)
-    skip            dict       param_rate (realized, 0-1), per_layer_ffn_rate {layer: rate}, per_token, ...
-                               (``hero.evaluation.routing``)
+    skip            dict       param_rate (share of backbone parameters skipped, per token, 0-1),
+                               ffn_execution_rate (share of routable FFN calls that ran), per_layer_ffn_rate,
+                               per_layer_mean_gate (g over all tokens), per_layer_executed_gate (g over
+                               executed tokens only), per_token, ... (``hero.objectives.SkipMeter``)
     rho             dict       {layer: learned ρ} (HeRo; {} otherwise)
     error           str        one-line reason when status == "failed", else None
     baseline        dict       optional: a Table 1 baseline's section (source, deviations, knob, settings)

@@ -23,7 +23,7 @@ from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url,
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-# Trial settings on the micro testbed where α matters within seconds (see MICRO_TRIAL in the README section).
+# Trial settings on the micro testbed where α matters within seconds (docs/calibration/README.md).
 MICRO_TRIAL = ["trainer.max_steps=40", "trainer.global_batch=8", "trainer.micro_batch=8", "trainer.lr=1e-3",
                "trainer.num_threads=1"]
 

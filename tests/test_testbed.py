@@ -175,7 +175,7 @@ def test_backbone_loads_offline_and_reproduces_recorded_scores(full, dense_score
 
 @pytest.mark.testbed
 def test_dense_backbone_is_well_above_chance_on_every_retain_task(full, dense_scores):
-    """Held on all six audited builds (README, docs/testbed_audit): Retain can carry a ratio."""
+    """Held on all six audited builds (docs/testbed/README.md, docs/testbed_audit): Retain can carry a ratio."""
     for task in RETAIN_TASKS:
         metric = TASK_PRIMARY_METRIC[task]
         assert dense_scores[task][metric] >= CHANCE_MARGIN * CHANCE[task], task

@@ -50,7 +50,7 @@ Every metric other than ``ppl`` and ``loss`` is higher-is-better. ``TASK_PRIMARY
 names each task's primary metric; Retain (score / baseline score per task, mean × 100) is
 computed over ``RETAIN_TASKS`` only: ``fact_select`` and ``heldout_ppl``, the bounded
 metrics that are far above chance and respond to removing the routable FFNs on every
-build audited by ``hero.audit`` (README, ``docs/testbed_audit``). The others are
+build audited by ``hero.audit`` (``docs/testbed/README.md``, ``docs/testbed_audit``). The others are
 diagnostics: near chance (``fact_answer``, ``arithmetic``, ``arith_units``, whose ratios
 to dense swing by more than ×2 between builds of one recipe) or unmoved by the routable
 FFNs (``fact_recall``, ``play_cloze``).
