@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from conftest import MICRO_RETAIN, compose_train
 from hero.baselines import random_skip, skipgpt, static_drop
 from hero.methods import METHODS
+from hero.methods import static_drop as static_drop_method
 from hero.baselines.attach import attach_policy
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.errors import ConfigError
@@ -194,7 +195,7 @@ def static_cfg(k: int):
 
 def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
     ids, mask = tokens()
-    monkeypatch.setattr(methods, "calibration_batches", lambda cfg, tokenizer, bed: [(ids, mask)])
+    monkeypatch.setattr(static_drop_method, "calibration_batches", lambda cfg, tokenizer, bed: [(ids, mask)])
     expected = independent_block_influence(forced_influence_model(), ids, mask)
     prepared = METHODS["static_drop"].prepare(static_cfg(2), forced_influence_model(), None, LAYERS, None, 0.0)
     record = prepared.record
@@ -401,13 +402,13 @@ def test_monotone_sampler_on_an_integer_knob_and_a_linear_one():
 
 
 def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp_path):
-    """SYNTHETIC records (tests/fixtures/make_records): a baseline's knob values are separate groups and one curve."""
+    """SYNTHETIC records (analysis/synthetic.py): a baseline's knob values are separate groups and one curve."""
     from analysis.curves import curve_points, curves
     from analysis.load import load_runs
     from analysis.retain import resolve_baselines, with_retain
     from analysis.tables import build_table, paper_tables
     from hero.results import RESULTS_FILENAME, write_atomic
-    from tests.fixtures.make_records import RunSpec, make_record
+    from analysis.synthetic import RunSpec, make_record
 
     dense = {"arc_easy": 0.8, "boolq": 0.6}
     specs = [RunSpec(dense, 0.0, method="dense", variant="dense", alpha=0.0)]

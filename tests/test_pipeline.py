@@ -183,12 +183,23 @@ def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, 
     assert "Traceback" not in proc.stderr
 
 
+def test_a_beds_data_and_suite_run_only_on_its_own_backbone():
+    from hero.pipeline import validate
+
+    with pytest.raises(ConfigError, match="data=tiny with model=llama3_1_8b: a bed's data and suite go with its own"):
+        validate(compose_train(["model=llama3_1_8b"]))
+    with pytest.raises(ConfigError, match="eval=tiny with model=llama3_1_8b"):
+        validate(compose_train(["model=llama3_1_8b", "data=tulu3"]))
+    validate(compose_train(["model=llama3_1_8b", "data=tulu3", "eval=paper7"]))
+
+
 @pytest.mark.parametrize("model_path, message", [
     ("no-such-org/no-such-model", "model=llama3_1_8b: cannot load 'no-such-org/no-such-model' ("),
     ("/no/such/llama", "model.path='/no/such/llama': no such directory"),
 ])
 def test_unreachable_hub_model_is_one_line_naming_the_fix(tmp_path, model_path, message):
-    proc = _train_cli(["model=llama3_1_8b", f"paths.root={tmp_path}", "logger=none"], tmp_path,
+    proc = _train_cli(["model=llama3_1_8b", "data=tulu3", "eval=paper7", f"paths.root={tmp_path}", "logger=none"],
+                      tmp_path,
                       {"HF_HUB_OFFLINE": "1", "HERO_LLAMA3_1_8B": model_path})
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]

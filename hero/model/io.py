@@ -22,10 +22,14 @@ CONFIG_FILE = "hero_router.json"
 
 
 def backbone_fingerprint(model: nn.Module) -> dict:
-    """Class, shape and a hash of a sample of the frozen weights of the backbone."""
+    """Class, shape and a hash of a sample of the frozen weights of the backbone.
+
+    Trained tensors are left out (HeRo's router and adapters, peft's ``lora_*``), so a model hashes
+    the same before and after training: what it identifies is the frozen backbone underneath.
+    """
     digest = hashlib.sha256()
     for name, p in model.named_parameters():
-        if is_hero_parameter(name):
+        if is_hero_parameter(name) or ".lora_" in name:
             continue
         flat = p.detach().reshape(-1)
         digest.update(name.replace(".base_layer", "").encode())
