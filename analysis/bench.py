@@ -1,7 +1,7 @@
 """Benchmark: how long the report takes on many records (``python -m analysis.bench``).
 
-Writes ``--records`` synthetic records (the unit-test generator
-``tests/fixtures/make_records.py``, so this needs the source checkout) spread over
+Writes ``--records`` synthetic records (``analysis.synthetic``, the generator the analysis
+tests use) spread over
 backbones and seeds, plus one failed and one incomplete run, then times in this
 process: loading every record, and the whole report without plots (Tables 1–4 in
 Markdown/CSV/LaTeX, group statistics, curves, matched-skip comparisons, areas,
@@ -11,7 +11,6 @@ separately with ``--plots``. Record generation is not timed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
 import os
 import sys
@@ -20,26 +19,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis import synthetic as gen
 from analysis.load import load_runs
 from analysis.report import build_parser, run_report
 
-GENERATOR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "make_records.py"
 RUNS_PER_SEED = 21
 
-
-def _generator():
-    if not GENERATOR.is_file():
-        raise SystemExit(f"the benchmark needs the synthetic record generator at {GENERATOR} (a source checkout)")
-    spec = importlib.util.spec_from_file_location("make_records", GENERATOR)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_records(root: Path, n: int, backbones: int) -> int:
     """Write exactly ``n`` completed records (plus one failed and one incomplete run) under ``root``."""
-    gen = _generator()
     seeds = range(42, 42 + math.ceil(n / (RUNS_PER_SEED * backbones)))
     specs = gen.default_grid(seeds, tuple(f"bench{i}" for i in range(backbones)))[:n]
     for spec in specs:

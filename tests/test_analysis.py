@@ -1,4 +1,4 @@
-"""Tests of the analysis package on SYNTHETIC records from tests/fixtures/make_records.py."""
+"""Tests of the analysis package on SYNTHETIC records from analysis/synthetic.py."""
 from __future__ import annotations
 
 import csv
@@ -15,7 +15,7 @@ from analysis import (BaselineError, build_table, curves, load_runs, matched_ski
                       with_retain)
 from analysis.curves import Curve, area_between
 from analysis.report import main as report_main
-from fixtures.make_records import RunSpec, make_record, write_fixture_set, write_run
+from analysis.synthetic import RunSpec, make_record, write_fixture_set, write_run
 
 TASKS = "arc_easy (acc), boolq (acc), hellaswag (acc_norm)"
 TASK_BASE_SMALL = {"arc_easy": 0.8, "boolq": 0.6}

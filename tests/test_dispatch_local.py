@@ -227,7 +227,7 @@ def test_status_and_collect_on_a_sweep_without_manifest_say_so_in_one_line(tmp_p
     r = run_app(app, "seed=1,2")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert len(records(sweep)) == 2 and not (sweep / "manifests").exists()
-    for module, command in (("hero.launch", "status"), ("hero.dispatch", "collect")):
+    for module, command in (("hero.dispatch", "status"), ("hero.dispatch", "collect")):
         c = subprocess.run([sys.executable, "-m", module, command, str(sweep)], capture_output=True, text=True,
                            cwd=REPO, env=app_env())
         lines = (c.stdout + c.stderr).strip().splitlines()
@@ -442,7 +442,7 @@ def test_a_cpu_study_plus_the_paper_overrides_composes_the_paper_setup(name):
 
 
 def test_sweep_runner_dry_run_prints_commands_and_count():
-    r = subprocess.run([sys.executable, "-m", "hero.launch", "sweep", str(REPO / "sweeps" / "table2.yaml"),
+    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "sweep", str(REPO / "sweeps" / "table2.yaml"),
                         "--dry-run", "hydra/launcher=slurm_testbed"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert "12 job(s) (expected 12)" in r.stdout

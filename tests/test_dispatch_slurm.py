@@ -160,7 +160,7 @@ def test_fire_and_forget_submit_status_collect(app):
     assert all(j["job_id"] and j["output_dir"] and j["overrides"] for j in manifest["jobs"])
     assert not records(sweep), "returned before the jobs finished"
 
-    cli = [sys.executable, "-m", "hero.launch"]
+    cli = [sys.executable, "-m", "hero.dispatch"]
     st = subprocess.run([*cli, "status", str(manifest_files[0])], capture_output=True, text=True, cwd=REPO)
     assert st.returncode == 3, st.stdout + st.stderr  # 3: still pending/running
 

@@ -5,7 +5,7 @@ import jupytext
 import pytest
 
 from analysis.execute import execute_notebook, notebooks
-from fixtures.make_records import write_fixture_set
+from analysis.synthetic import write_fixture_set
 
 EXPECTED = {
     "ablations_matched_skip": "largest loss at matched skip: no_",

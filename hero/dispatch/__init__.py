@@ -15,5 +15,5 @@ One concept per module:
 
 Not here: DDP (hero.distributed, with training), records and the config-hash index
 (hero.results). ``hydra_plugins/hero_launcher`` is the shim through which Hydra finds the
-launcher; ``python -m hero.launch`` is the CLI under its earlier name.
+launcher.
 """

@@ -5,7 +5,6 @@
     python -m hero.dispatch sweep sweeps/<study>.yaml [overrides] [--dry-run] [--wait] [--variants a,b]
 
 A target that is no manifest (or a sweep dir without one) ends in one line and exit 2.
-``python -m hero.launch`` is the same CLI under its earlier name.
 """
 from __future__ import annotations
 
