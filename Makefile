@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 # CPU machines: the CPU wheel of torch 2.13.0. GPU users: see README ("GPU machines").
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo demo-real test bench bench-speed clean-venv slurm-install slurm-up slurm-down
+.PHONY: setup demo demo-real lint test bench bench-speed clean-venv slurm-install slurm-up slurm-down
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,12 @@ SLURM ?= 1
 SLURM_DIR ?= /tmp/hero-slurm
 export HERO_SLURM_DIR := $(SLURM_DIR)
 
-test: setup
+# ruff (configured in pyproject.toml): lint and formatting are checked before any test runs.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: setup lint
 	@if [ "$(SLURM)" != 1 ]; then exec $(PY) -m pytest -q; fi; \
 	trap 'bash scripts/slurm/down.sh' EXIT; \
 	up=0; { bash scripts/slurm/install.sh && bash scripts/slurm/up.sh; } || up=$$?; \

@@ -10,6 +10,7 @@ combination; a comma list of targets is one study per target. Every train.py ove
 applies to the trials. Exit code 0 when every study reached its tolerance, 1 when some did
 not (the calibration file still gets the ones that did), 2 for bad input.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -1,8 +1,9 @@
 """Train, evaluate and record one HeRo run (or a multirun with -m). See conf/train.yaml.
 
-    python train.py                                            # embedded tiny testbed on CPU
-    python train.py -m ablation=no_memory_read seed=42,43,44   # three seeds of one ablation
+python train.py                                            # embedded tiny testbed on CPU
+python train.py -m ablation=no_memory_read seed=42,43,44   # three seeds of one ablation
 """
+
 import sys
 
 import hydra

@@ -8,12 +8,12 @@ Markdown/CSV/LaTeX, group statistics, curves, matched-skip comparisons, areas,
 summary). The target is all tables from 10,000 records in ≤ 3 s. Plots are timed
 separately with ``--plots``. Record generation is not timed.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -24,7 +24,6 @@ from analysis.load import load_runs
 from analysis.report import build_parser, run_report
 
 RUNS_PER_SEED = 21
-
 
 
 def write_records(root: Path, n: int, backbones: int) -> int:
@@ -76,9 +75,11 @@ def main(argv: list[str] | None = None) -> None:
         counts = load.value.counts()
         print(f"records: {counts}; load average before timing: {load.loadavg:.1f} on {os.cpu_count()} CPUs")
         print(f"load only: {load}")
-        print(f"all tables (load + Tables 1-4 + groups + curves + matched skip + summary, no plots): {report} "
-              f"for {counts['completed']} records -> {'PASS' if report.wall <= 3.0 else 'FAIL'} (target <= 3 s wall); "
-              f"{len(report.value['files'])} files")
+        print(
+            f"all tables (load + Tables 1-4 + groups + curves + matched skip + summary, no plots): {report} "
+            f"for {counts['completed']} records -> {'PASS' if report.wall <= 3.0 else 'FAIL'} (target <= 3 s wall); "
+            f"{len(report.value['files'])} files"
+        )
         if args.plots:
             report_args = build_parser().parse_args([str(root), "--out", str(Path(tmp) / "report_plots")])
             print(f"with plots: {_timed(lambda: run_report(report_args))}")

@@ -7,6 +7,7 @@ each run's wall time by its threads, and is null for a group with a run whose th
 unknown. Only completed records count: a failed run's time, a killed run's, and the wall time
 of jobs overlapping on one machine are not in the records.
 """
+
 from __future__ import annotations
 
 import polars as pl
@@ -22,9 +23,13 @@ def budget_table(frame: pl.DataFrame) -> pl.DataFrame:
     runs = frame.select(*KEYS, pl.col("wall_time_s").cast(pl.Float64), threads.cast(pl.Int64).alias("threads"))
     cpu = (pl.col("wall_time_s") * pl.col("threads")).sum()
     unknown = pl.col("threads").is_null().any()
-    aggs = [pl.len().alias("n"), pl.col("wall_time_s").sum().alias("job_s"), pl.col("wall_time_s").mean().alias("mean_s"),
-            pl.col("threads").unique().sort().cast(pl.String).str.join(" ").alias("threads"),
-            pl.when(unknown).then(None).otherwise(cpu).alias("cpu_s")]
+    aggs = [
+        pl.len().alias("n"),
+        pl.col("wall_time_s").sum().alias("job_s"),
+        pl.col("wall_time_s").mean().alias("mean_s"),
+        pl.col("threads").unique().sort().cast(pl.String).str.join(" ").alias("threads"),
+        pl.when(unknown).then(None).otherwise(cpu).alias("cpu_s"),
+    ]
     groups = runs.group_by(list(KEYS)).agg(aggs).sort(list(KEYS), nulls_last=True)
     total = runs.select(aggs).with_columns(pl.lit("total").alias("method"))
     return pl.concat([groups, total], how="diagonal_relaxed")
@@ -34,13 +39,19 @@ def budget_markdown(table: pl.DataFrame) -> str:
     """The total and one line per group, in minutes."""
     total = table.filter(pl.col("method") == "total").to_dicts()[0]
     cpu = "unknown (a run's threads are not recorded)" if total["cpu_s"] is None else f"{total['cpu_s'] / 60:.1f} min"
-    lines = [f"**Cost of these runs** (completed records only): {total['n']} runs, wall time summed over runs "
-             f"{total['job_s'] / 60:.1f} min ({total['job_s'] / 3600:.2f} h), CPU time {cpu}.", "",
-             "| group | n | summed wall min | mean min per run | threads | CPU min |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"**Cost of these runs** (completed records only): {total['n']} runs, wall time summed over runs "
+        f"{total['job_s'] / 60:.1f} min ({total['job_s'] / 3600:.2f} h), CPU time {cpu}.",
+        "",
+        "| group | n | summed wall min | mean min per run | threads | CPU min |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in table.filter(pl.col("method") != "total").to_dicts():
         knob = "" if r["knob"] is None else f" knob {r['knob']:g}"
         alpha = f" α {r['alpha']:g}" if r["method"] == "hero" and r["alpha"] else ""
         cpu_min = "–" if r["cpu_s"] is None else f"{r['cpu_s'] / 60:.1f}"
-        lines.append(f"| {r['backbone']} {r['method']}/{r['variant']}{alpha}{knob} | {r['n']} | {r['job_s'] / 60:.1f} | "
-                     f"{r['mean_s'] / 60:.1f} | {r['threads'] or 'all'} | {cpu_min} |")
+        lines.append(
+            f"| {r['backbone']} {r['method']}/{r['variant']}{alpha}{knob} | {r['n']} | {r['job_s'] / 60:.1f} | "
+            f"{r['mean_s'] / 60:.1f} | {r['threads'] or 'all'} | {cpu_min} |"
+        )
     return "\n".join(lines) + "\n"

@@ -21,6 +21,7 @@ run of a curve at its own realized skip: its residual from the reference fit the
 over runs with a t interval (the reference fit's own error is not in the interval; the
 reference runs' residual std from their own fit is reported beside it as that scale).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -103,36 +104,57 @@ def curves(points: pl.DataFrame, metric: str, runs: pl.DataFrame | None = None) 
     usable = points.filter(pl.col(f"{metric}.mean").is_not_null() & pl.col("skip.mean").is_not_null())
     if runs is not None:
         runs = runs.with_columns((pl.col("skip.param_rate") * 100.0).alias("_skip")).filter(
-            pl.col(metric).is_not_null() & pl.col("_skip").is_not_null())
+            pl.col(metric).is_not_null() & pl.col("_skip").is_not_null()
+        )
     for key, part in usable.group_by(list(CURVE_KEYS), maintain_order=True):
         run_skip = run_quality = None
         if runs is not None:
-            mine = runs.filter(*(pl.col(k).is_null() if v is None else pl.col(k) == v
-                                 for k, v in zip(CURVE_KEYS, key)))
+            mine = runs.filter(*(pl.col(k).is_null() if v is None else pl.col(k) == v for k, v in zip(CURVE_KEYS, key)))
             run_skip, run_quality = mine["_skip"].to_numpy(), mine[metric].to_numpy()
-        out.append(Curve(dict(zip(CURVE_KEYS, key)), metric, part["skip.mean"].to_numpy(),
-                         part[f"{metric}.mean"].to_numpy(), part["n"].to_numpy().astype(float), run_skip, run_quality))
+        out.append(
+            Curve(
+                dict(zip(CURVE_KEYS, key)),
+                metric,
+                part["skip.mean"].to_numpy(),
+                part[f"{metric}.mean"].to_numpy(),
+                part["n"].to_numpy().astype(float),
+                run_skip,
+                run_quality,
+            )
+        )
     return out
 
 
 def reference_curves(all_curves: list[Curve], selector: str, option: str = "--curve-reference") -> dict[str, Curve]:
     """The one curve per backbone that ``selector`` picks; ``BaselineError`` if none or several."""
-    keys = pl.DataFrame([c.key for c in all_curves], schema={"backbone": pl.String, "method": pl.String,
-                        "variant": pl.String, "memory_dim": pl.Int64, "layer_set": pl.String}, orient="row")
+    keys = pl.DataFrame(
+        [c.key for c in all_curves],
+        schema={
+            "backbone": pl.String,
+            "method": pl.String,
+            "variant": pl.String,
+            "memory_dim": pl.Int64,
+            "layer_set": pl.String,
+        },
+        orient="row",
+    )
     picked = keys.with_row_index().filter(selector_expr(selector, keys.schema, option))["index"].to_list()
     out = {}
     for backbone in sorted({c.key["backbone"] for c in all_curves}):
         mine = [all_curves[i] for i in picked if all_curves[i].key["backbone"] == backbone]
         if len(mine) != 1:
             names = "; ".join(c.label for c in (mine or [c for c in all_curves if c.key["backbone"] == backbone]))
-            raise BaselineError(f"{option} {selector!r} selects {len(mine)} curves of backbone {backbone!r} "
-                                f"(need 1); {'matching' if mine else 'available'}: {names}")
+            raise BaselineError(
+                f"{option} {selector!r} selects {len(mine)} curves of backbone {backbone!r} "
+                f"(need 1); {'matching' if mine else 'available'}: {names}"
+            )
         out[backbone] = mine[0]
     return out
 
 
-def matched_skip(all_curves: list[Curve], references: dict[str, Curve],
-                 levels: list[float] | None = None) -> pl.DataFrame:
+def matched_skip(
+    all_curves: list[Curve], references: dict[str, Curve], levels: list[float] | None = None
+) -> pl.DataFrame:
     """Each interpolable curve vs its backbone's reference at matched skip levels (%).
 
     ``levels`` defaults to the reference curve's own points (its seed-mean skip rates). Rows outside a
@@ -147,11 +169,30 @@ def matched_skip(all_curves: list[Curve], references: dict[str, Curve],
         q, qr = c.at(at), ref.at(at)
         for s, v, vr in zip(at, q, qr):
             ok = not (np.isnan(v) or np.isnan(vr))
-            rows.append({**c.key, "reference": ref.label, "metric": c.metric, "skip": float(s), "in_range": ok,
-                         "quality": float(v) if ok else None, "reference_quality": float(vr) if ok else None,
-                         "difference": float(v - vr) if ok else None})
-    return _frame(rows, {"reference": pl.String, "metric": pl.String, "skip": pl.Float64, "in_range": pl.Boolean,
-                         "quality": pl.Float64, "reference_quality": pl.Float64, "difference": pl.Float64})
+            rows.append(
+                {
+                    **c.key,
+                    "reference": ref.label,
+                    "metric": c.metric,
+                    "skip": float(s),
+                    "in_range": ok,
+                    "quality": float(v) if ok else None,
+                    "reference_quality": float(vr) if ok else None,
+                    "difference": float(v - vr) if ok else None,
+                }
+            )
+    return _frame(
+        rows,
+        {
+            "reference": pl.String,
+            "metric": pl.String,
+            "skip": pl.Float64,
+            "in_range": pl.Boolean,
+            "quality": pl.Float64,
+            "reference_quality": pl.Float64,
+            "difference": pl.Float64,
+        },
+    )
 
 
 def area_between(all_curves: list[Curve], references: dict[str, Curve]) -> pl.DataFrame:
@@ -169,10 +210,28 @@ def area_between(all_curves: list[Curve], references: dict[str, Curve]) -> pl.Da
             diff = c.at(grid) - ref.at(grid)
             area = float(np.sum((diff[1:] + diff[:-1]) * np.diff(grid)) / 2.0)
             gap = area / (hi - lo)
-        rows.append({**c.key, "reference": ref.label, "metric": c.metric, "skip_lo": float(lo), "skip_hi": float(hi),
-                     "area": area, "mean_gap": gap})
-    return _frame(rows, {"reference": pl.String, "metric": pl.String, "skip_lo": pl.Float64, "skip_hi": pl.Float64,
-                         "area": pl.Float64, "mean_gap": pl.Float64})
+        rows.append(
+            {
+                **c.key,
+                "reference": ref.label,
+                "metric": c.metric,
+                "skip_lo": float(lo),
+                "skip_hi": float(hi),
+                "area": area,
+                "mean_gap": gap,
+            }
+        )
+    return _frame(
+        rows,
+        {
+            "reference": pl.String,
+            "metric": pl.String,
+            "skip_lo": pl.Float64,
+            "skip_hi": pl.Float64,
+            "area": pl.Float64,
+            "mean_gap": pl.Float64,
+        },
+    )
 
 
 def skip_adjusted(all_curves: list[Curve], references: dict[str, Curve], level: float = 0.95) -> pl.DataFrame:
@@ -191,16 +250,43 @@ def skip_adjusted(all_curves: list[Curve], references: dict[str, Curve], level: 
         mean = float(inside.mean()) if n else None
         std = float(inside.std(ddof=1)) if n > 1 else None
         half = t_quantile(level, n - 1) * std / np.sqrt(n) if std is not None else None
-        rows.append({**c.key, "reference": ref.label, "metric": c.metric, "n": n, "n_outside": len(resid) - n,
-                     "mean": mean, "std": std, "ci_lo": None if half is None else mean - half,
-                     "ci_hi": None if half is None else mean + half,
-                     "reference_resid_std": float(own.std(ddof=1)) if len(own) > 1 else None})
-    return _frame(rows, {"reference": pl.String, "metric": pl.String, "n": pl.Int64, "n_outside": pl.Int64,
-                         "mean": pl.Float64, "std": pl.Float64, "ci_lo": pl.Float64, "ci_hi": pl.Float64,
-                         "reference_resid_std": pl.Float64})
+        rows.append(
+            {
+                **c.key,
+                "reference": ref.label,
+                "metric": c.metric,
+                "n": n,
+                "n_outside": len(resid) - n,
+                "mean": mean,
+                "std": std,
+                "ci_lo": None if half is None else mean - half,
+                "ci_hi": None if half is None else mean + half,
+                "reference_resid_std": float(own.std(ddof=1)) if len(own) > 1 else None,
+            }
+        )
+    return _frame(
+        rows,
+        {
+            "reference": pl.String,
+            "metric": pl.String,
+            "n": pl.Int64,
+            "n_outside": pl.Int64,
+            "mean": pl.Float64,
+            "std": pl.Float64,
+            "ci_lo": pl.Float64,
+            "ci_hi": pl.Float64,
+            "reference_resid_std": pl.Float64,
+        },
+    )
 
 
 def _frame(rows: list[dict], schema: dict) -> pl.DataFrame:
-    full = {"backbone": pl.String, "method": pl.String, "variant": pl.String, "memory_dim": pl.Int64,
-            "layer_set": pl.String, **schema}
+    full = {
+        "backbone": pl.String,
+        "method": pl.String,
+        "variant": pl.String,
+        "memory_dim": pl.Int64,
+        "layer_set": pl.String,
+        **schema,
+    }
     return pl.DataFrame(rows, schema=full)

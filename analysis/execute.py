@@ -6,6 +6,7 @@ The notebooks read the record directories from the environment variable
 (default: a temporary directory). ``execute_notebook`` runs one in a fresh
 ``python3`` kernel with those variables set and raises on the first failing cell.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,9 @@ def execute_notebook(source: str | os.PathLike, dirs, out: str | os.PathLike | N
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if out is not None:
         env[OUT_ENV] = str(Path(out).parent / f"{source.stem}_figures")
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(source.parent)}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(source.parent)}}
+    )
     client.execute(env=env)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

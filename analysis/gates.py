@@ -20,6 +20,7 @@ gets no estimate.
 
 ``python -m analysis.gates RECORD_OR_DIR ...`` prints both pairs per record, as a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,21 +64,23 @@ def executed_gate(skip: dict, tau: float = 0.5) -> dict[str, Gate | None]:
         edges, counts = hist["edges"], hist["counts"]
         first = next((i for i, lo in enumerate(edges[:-1]) if abs(lo - tau) < 1e-6), None)
         if first is None:
-            raise GateHistogramError(f"tau={tau}: not an edge of layer {layer}'s gate histogram; allowed: "
-                             f"{', '.join(f'{e:g}' for e in edges[1:-1])}")
+            raise GateHistogramError(
+                f"tau={tau}: not an edge of layer {layer}'s gate histogram; allowed: "
+                f"{', '.join(f'{e:g}' for e in edges[1:-1])}"
+            )
         above = counts[first:]
         n = sum(above)
         if n == 0 or abs(n - skip["per_layer_ffn_rate"][layer] * skip["tokens"]) > 0.5:
             out[layer] = None
             continue
-        lows, highs = edges[first:-1], edges[first + 1:]
+        lows, highs = edges[first:-1], edges[first + 1 :]
         low = sum(c * e for c, e in zip(above, lows)) / n
         high = sum(c * e for c, e in zip(above, highs)) / n
         mid = (low + high) / 2
         mean_all = skip.get("per_layer_mean_gate", {}).get(layer)
         if mean_all is not None:  # Σ g over executed = Σ g over all − Σ g over skipped, which is bounded too
             total = mean_all * skip["tokens"]
-            below = list(zip(counts[:first], edges[:first], edges[1:first + 1]))
+            below = list(zip(counts[:first], edges[:first], edges[1 : first + 1]))
             low = max(low, (total - sum(c * hi for c, _, hi in below)) / n)
             high = min(high, (total - sum(c * lo for c, lo, _ in below)) / n)
             mid = min(max(mid, low), high)
@@ -95,10 +98,15 @@ def summary(record: dict, tau: float = 0.5) -> dict:
     gates = executed_gate(skip, tau)
     known = [g for g in gates.values() if g is not None]
     run = Gate(*(sum(g[i] for g in known) / len(known) for i in range(3))) if known else None
-    return {"param_rate": skip["param_rate"], "param_share_used": 1.0 - skip["param_rate"],
-            "ffn_execution_rate": ffn_execution_rate(skip), "per_layer_ffn_rate": skip["per_layer_ffn_rate"],
-            "executed_gate": gates, "executed_gate_run": run,
-            "mean_gate_all_tokens": skip.get("per_layer_mean_gate", {})}
+    return {
+        "param_rate": skip["param_rate"],
+        "param_share_used": 1.0 - skip["param_rate"],
+        "ffn_execution_rate": ffn_execution_rate(skip),
+        "per_layer_ffn_rate": skip["per_layer_ffn_rate"],
+        "executed_gate": gates,
+        "executed_gate_run": run,
+        "mean_gate_all_tokens": skip.get("per_layer_mean_gate", {}),
+    }
 
 
 def _span(values) -> str:
@@ -109,13 +117,18 @@ def _span(values) -> str:
 def markdown(paths, tau: float = 0.5) -> str:
     """One row per record under ``paths`` that has a ``skip`` section with per-layer FFN rates."""
     records, _ = find_runs(paths)
-    rows = ["| record | param skip | param share used | FFN execution rate (per layer) | mean gate, all tokens "
-            "(per layer) | executed gate per layer, midpoint [bounds] | executed gate, mean over layers |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [
+        "| record | param skip | param share used | FFN execution rate (per layer) | mean gate, all tokens "
+        "(per layer) | executed gate per layer, midpoint [bounds] | executed gate, mean over layers |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for path in sorted(records):
         record = json.loads(Path(path).read_text())
-        if not record.get("skip", {}).get("per_layer_ffn_rate") or "gate_histogram" not in record["skip"] \
-                and "per_layer_executed_gate" not in record["skip"]:
+        if (
+            not record.get("skip", {}).get("per_layer_ffn_rate")
+            or "gate_histogram" not in record["skip"]
+            and "per_layer_executed_gate" not in record["skip"]
+        ):
             continue
         s = summary(record, tau)
         gates = [g for g in s["executed_gate"].values() if g is not None]
@@ -125,7 +138,8 @@ def markdown(paths, tau: float = 0.5) -> str:
             f"| {100 * s['ffn_execution_rate']:.1f} % ({_span(s['per_layer_ffn_rate'].values())}) "
             f"| {_span(s['mean_gate_all_tokens'].values())} "
             f"| {_span(g.mid for g in gates)} [{_span(g.low for g in gates)}, {_span(g.high for g in gates)}] "
-            f"| {f'{run.mid:.3f} [{run.low:.3f}, {run.high:.3f}]' if run else '–'} |")
+            f"| {f'{run.mid:.3f} [{run.low:.3f}, {run.high:.3f}]' if run else '–'} |"
+        )
     return "\n".join(rows)
 
 

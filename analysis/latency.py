@@ -14,6 +14,7 @@ Its quality (Retain, task scores) is taken from, in this order:
 Otherwise the quality is null. ``quality_source`` says which of these was used and
 ``quality_runs`` how many runs were averaged, so every point can be traced.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,17 +43,30 @@ def latency_table(runs: pl.DataFrame, metrics: list[str]) -> pl.DataFrame:
     if not figures:
         return pl.DataFrame()
     benched = runs.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in figures))
-    scored = runs.filter(pl.col("scored")).with_columns(run_dir=pl.col("path").map_elements(
-        os.path.dirname, return_dtype=pl.String))
+    scored = runs.filter(pl.col("scored")).with_columns(
+        run_dir=pl.col("path").map_elements(os.path.dirname, return_dtype=pl.String)
+    )
     rows = []
     for rec in benched.iter_rows(named=True):
         source, linked = _linked(rec, scored)
         quality = {m: linked[m].mean() if linked.height else None for m in metrics}
-        rows.append({**{k: rec[k] for k in (*KEYS, "seed", "path")}, "skip": rec["skip.param_rate"] * 100.0,
-                     **{c: rec[c] for c in figures}, **quality, "quality_source": source,
-                     "quality_runs": linked.height})
-    schema = {**{k: runs.schema[k] for k in (*KEYS, "seed", "path")}, "skip": pl.Float64,
-              **dict.fromkeys([*figures, *metrics], pl.Float64), "quality_source": pl.String, "quality_runs": pl.Int64}
+        rows.append(
+            {
+                **{k: rec[k] for k in (*KEYS, "seed", "path")},
+                "skip": rec["skip.param_rate"] * 100.0,
+                **{c: rec[c] for c in figures},
+                **quality,
+                "quality_source": source,
+                "quality_runs": linked.height,
+            }
+        )
+    schema = {
+        **{k: runs.schema[k] for k in (*KEYS, "seed", "path")},
+        "skip": pl.Float64,
+        **dict.fromkeys([*figures, *metrics], pl.Float64),
+        "quality_source": pl.String,
+        "quality_runs": pl.Int64,
+    }
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -61,8 +75,9 @@ def _linked(rec: dict, scored: pl.DataFrame) -> tuple[str, pl.DataFrame]:
         return "itself", scored.filter(pl.col("path") == rec["path"])
     checkpoint = rec.get(CHECKPOINT)
     if checkpoint:
-        owner = scored.filter(pl.lit(str(checkpoint)).str.starts_with(pl.col("run_dir") + os.sep)
-                              | (pl.col("run_dir") == str(checkpoint)))
+        owner = scored.filter(
+            pl.lit(str(checkpoint)).str.starts_with(pl.col("run_dir") + os.sep) | (pl.col("run_dir") == str(checkpoint))
+        )
         if owner.height == 1:
             return f"trained run {owner['path'][0]}", owner
         return f"no scored run holds checkpoint {checkpoint}", scored.clear()

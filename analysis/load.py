@@ -29,6 +29,7 @@ that differ only outside ``KEYS``): statistics over seeds count each seed once. 
 ``baseline_key`` (backbone weights × suite) a real ``method=dense`` run also carries is
 left out with a note, so the same evaluation is not counted twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,8 +58,16 @@ LAYER_PREFIXES = {"per_layer_ffn_rate": "skip.per_layer_ffn_rate.", "rho": "rho.
 """Per-layer maps, flattened to one column per layer: ``<prefix><layer>``."""
 PRUNED_DIRS = {".hydra", "checkpoints", "wandb", ".git", "__pycache__", ".submitit", ".ipynb_checkpoints"}
 CHECKPOINT_SUFFIXES = (".pt", ".ckpt", ".safetensors")
-PROBLEM_SCHEMA = {"path": pl.String, "kind": pl.String, "reason": pl.String, "backbone": pl.String,
-                  "method": pl.String, "variant": pl.String, "alpha": pl.Float64, "seed": pl.Int64}
+PROBLEM_SCHEMA = {
+    "path": pl.String,
+    "kind": pl.String,
+    "reason": pl.String,
+    "backbone": pl.String,
+    "method": pl.String,
+    "variant": pl.String,
+    "alpha": pl.Float64,
+    "seed": pl.Int64,
+}
 
 
 @dataclass
@@ -163,10 +172,17 @@ def load_runs(paths) -> Runs:
         frame = frame.with_columns(scored=pl.lit(False))
     unscored = frame.filter(~pl.col("scored")).height
     if unscored:
-        notes.append(f"{unscored} completed runs have no task scores (e.g. eval suite 'none'): they count in the "
-                     "skip statistics (groups.csv) but not in tables, Retain or curves")
-    return Runs(records=frame.lazy(), problems=pl.DataFrame(problems, schema=PROBLEM_SCHEMA).sort("kind", "path"),
-                tasks=tasks, n_found=len(files) + len(incomplete), notes=notes)
+        notes.append(
+            f"{unscored} completed runs have no task scores (e.g. eval suite 'none'): they count in the "
+            "skip statistics (groups.csv) but not in tables, Retain or curves"
+        )
+    return Runs(
+        records=frame.lazy(),
+        problems=pl.DataFrame(problems, schema=PROBLEM_SCHEMA).sort("kind", "path"),
+        tasks=tasks,
+        n_found=len(files) + len(incomplete),
+        notes=notes,
+    )
 
 
 def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, dict[str, list[str]], list[dict]]:
@@ -181,8 +197,11 @@ def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, dict[str
     except pl.exceptions.PolarsError:
         return _parse_each(blobs, names)
     evals = df.schema.get("eval")
-    metrics = {f.name: [m.name for m in f.dtype.fields] for f in evals.fields
-               if isinstance(f.dtype, pl.Struct)} if isinstance(evals, pl.Struct) else {}
+    metrics = (
+        {f.name: [m.name for m in f.dtype.fields] for f in evals.fields if isinstance(f.dtype, pl.Struct)}
+        if isinstance(evals, pl.Struct)
+        else {}
+    )
     return _flatten(_drop_config(df)).with_columns(path=pl.Series(names)), metrics, []
 
 
@@ -257,8 +276,10 @@ def _score(df: pl.DataFrame, metrics: dict[str, list[str]]) -> tuple[pl.DataFram
             continue  # a diagnostic task (eval.tasks.<task>.retain=false): recorded, not part of Retain
         names = Counter(df[declared].drop_nulls().cast(pl.String).to_list()) if declared in df.columns else Counter()
         if len(names) > 1:
-            raise ValueError(f"task {task!r} is scored with different primary metrics across records "
-                             f"({dict(names)}); Retain would compare different metrics")
+            raise ValueError(
+                f"task {task!r} is scored with different primary metrics across records "
+                f"({dict(names)}); Retain would compare different metrics"
+            )
         metric = next(iter(names)) if names else (available[0] if len(available) == 1 else None)
         if metric is None or metric not in available:
             notes.append(f"task {task!r}: no primary metric in eval_meta and metrics {available}; not scored")
@@ -274,8 +295,9 @@ def _flatten(df: pl.DataFrame) -> pl.DataFrame:
         structs = {c: t for c, t in df.schema.items() if isinstance(t, pl.Struct)}
         if not structs:
             return df
-        df = df.with_columns(pl.col(c).struct.field(f.name).alias(f"{c}.{f.name}")
-                             for c, t in structs.items() for f in t.fields).drop(list(structs))
+        df = df.with_columns(
+            pl.col(c).struct.field(f.name).alias(f"{c}.{f.name}") for c, t in structs.items() for f in t.fields
+        ).drop(list(structs))
 
 
 def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], list[str]]:
@@ -286,26 +308,42 @@ def _triage(df: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], list[str]]:
     score_cols = [c for c in df.columns if c.startswith("score.")]
     scored = pl.any_horizontal(pl.col(c).is_not_null() for c in score_cols) if score_cols else pl.lit(False)
     required = (*REQUIRED, "skip.param_rate")
-    missing = pl.concat_str([pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in required],
-                            ignore_nulls=True).str.strip_chars()
+    missing = pl.concat_str(
+        [pl.when(pl.col(k).is_null()).then(pl.lit(k + " ")) for k in required], ignore_nulls=True
+    ).str.strip_chars()
     df = df.with_columns(_status=status, _error=error, _missing=missing, scored=scored).sort("path")
     failed = df.filter(pl.col("_status") != "completed")
     invalid = df.filter((pl.col("_status") == "completed") & (pl.col("_missing") != ""))
     good = df.filter((pl.col("_status") == "completed") & (pl.col("_missing") == ""))
-    problems = [_problem(r["path"], "failed" if r["_status"] == "failed" else "invalid",
-                         r["_error"] or f"status {r['_status']!r}", r) for r in failed.iter_rows(named=True)]
+    problems = [
+        _problem(
+            r["path"], "failed" if r["_status"] == "failed" else "invalid", r["_error"] or f"status {r['_status']!r}", r
+        )
+        for r in failed.iter_rows(named=True)
+    ]
     problems += [_problem(r["path"], "invalid", f"missing {r['_missing']}", r) for r in invalid.iter_rows(named=True)]
     if "config_hash" in good.columns:
-        dup = (good.with_columns(first=pl.col("path").first().over("config_hash"))
-               .filter(pl.col("config_hash").is_not_null() & (pl.col("path") != pl.col("first"))))
-        problems += [_problem(r["path"], "duplicate", f"same config_hash {r['config_hash']} as {r['first']}", r)
-                     for r in dup.iter_rows(named=True)]
+        dup = good.with_columns(first=pl.col("path").first().over("config_hash")).filter(
+            pl.col("config_hash").is_not_null() & (pl.col("path") != pl.col("first"))
+        )
+        problems += [
+            _problem(r["path"], "duplicate", f"same config_hash {r['config_hash']} as {r['first']}", r)
+            for r in dup.iter_rows(named=True)
+        ]
         good = good.filter(~pl.col("path").is_in(dup["path"].implode()))
-    same = (good.with_columns(first=pl.col("path").first().over([*KEYS, "seed", "scored"]))
-            .filter(pl.col("scored") & (pl.col("path") != pl.col("first"))))
-    problems += [_problem(r["path"], "duplicate", f"same group and seed as {r['first']} (scored twice; the configs "
-                          "differ outside the grouping keys, e.g. calibration.target_skip)", r)
-                 for r in same.iter_rows(named=True)]
+    same = good.with_columns(first=pl.col("path").first().over([*KEYS, "seed", "scored"])).filter(
+        pl.col("scored") & (pl.col("path") != pl.col("first"))
+    )
+    problems += [
+        _problem(
+            r["path"],
+            "duplicate",
+            f"same group and seed as {r['first']} (scored twice; the configs "
+            "differ outside the grouping keys, e.g. calibration.target_skip)",
+            r,
+        )
+        for r in same.iter_rows(named=True)
+    ]
     good = good.filter(~pl.col("path").is_in(same["path"].implode()))
     good, notes = _supersede_baseline_records(good)
     return good.drop("_status", "_error", "_missing"), problems, notes
@@ -321,18 +359,28 @@ def _supersede_baseline_records(good: pl.DataFrame) -> tuple[pl.DataFrame, list[
     superseded = good.filter(auto.fill_null(False) & pl.col("baseline_key").is_in(real["baseline_key"].implode()))
     if superseded.height == 0:
         return good, []
-    notes = [f"dense baseline record {r['path']} not used: a method=dense run evaluates the same backbone × suite "
-             f"({r['baseline_key']})" for r in superseded.iter_rows(named=True)]
+    notes = [
+        f"dense baseline record {r['path']} not used: a method=dense run evaluates the same backbone × suite "
+        f"({r['baseline_key']})"
+        for r in superseded.iter_rows(named=True)
+    ]
     return good.filter(~pl.col("path").is_in(superseded["path"].implode())), notes
 
 
 def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:
-    casts = {"alpha": pl.Float64, "memory_dim": pl.Int64, "seed": pl.Int64, "skip.param_rate": pl.Float64,
-             "knob": pl.Float64}
+    casts = {
+        "alpha": pl.Float64,
+        "memory_dim": pl.Int64,
+        "seed": pl.Int64,
+        "skip.param_rate": pl.Float64,
+        "knob": pl.Float64,
+    }
     missing = [c for c in (*KEYS, "seed", "skip.param_rate") if c not in df.columns]
     df = df.with_columns(pl.lit(None, dtype=casts.get(c, pl.String)).alias(c) for c in missing)
-    df = df.with_columns(*(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
-                         *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts))
+    df = df.with_columns(
+        *(pl.col(c).cast(t, strict=False) for c, t in casts.items()),
+        *(pl.col(c).cast(pl.String) for c in KEYS if c not in casts),
+    )
     # α found by search (10 ** log10 α, e.g. 0.0030000000000000005) groups with the same α typed by hand
     return df.with_columns(pl.col("alpha").round_sig_figs(ALPHA_DIGITS))
 
@@ -340,13 +388,16 @@ def _ensure_keys(df: pl.DataFrame) -> pl.DataFrame:
 def layer_values(runs: pl.DataFrame, name: str) -> pl.DataFrame:
     """A per-layer map (``per_layer_ffn_rate`` or ``rho``) in long form: the run's columns + ``layer``, ``value``."""
     prefix = LAYER_PREFIXES[name]
-    cols = [c for c in runs.columns if c.startswith(prefix) and c[len(prefix):].lstrip("-").isdigit()]
+    cols = [c for c in runs.columns if c.startswith(prefix) and c[len(prefix) :].lstrip("-").isdigit()]
     keep = [c for c in (*KEYS, "seed", "path") if c in runs.columns]
     if not cols:
         return pl.DataFrame(schema={**{c: runs.schema[c] for c in keep}, "layer": pl.Int64, "value": pl.Float64})
-    return (runs.select(*keep, *cols).unpivot(index=keep, on=cols, variable_name="layer", value_name="value")
-            .drop_nulls("value").with_columns(pl.col("layer").str.slice(len(prefix)).cast(pl.Int64),
-                                              pl.col("value").cast(pl.Float64)))
+    return (
+        runs.select(*keep, *cols)
+        .unpivot(index=keep, on=cols, variable_name="layer", value_name="value")
+        .drop_nulls("value")
+        .with_columns(pl.col("layer").str.slice(len(prefix)).cast(pl.Int64), pl.col("value").cast(pl.Float64))
+    )
 
 
 def _problem(path, kind: str, reason: str, rec: dict | None = None) -> dict:

@@ -5,6 +5,7 @@ PNG (matplotlib, Agg backend) and returns its path, or ``None`` when the records
 carry none of the data it needs (the report lists what was skipped). Skip rates
 are the realized parameter skip rate in % (HERO_SPEC §7).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,16 +19,17 @@ import polars as pl  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from analysis.curves import CURVE_KEYS, curves  # noqa: E402
-from analysis.tables import close_to  # noqa: E402
 from analysis.latency import PLOTTED_FIGURES  # noqa: E402
 from analysis.load import KEYS, layer_values  # noqa: E402
+from analysis.tables import close_to  # noqa: E402
 
 DPI = 120
 EDGES, COUNTS = "skip.per_token.histogram.edges", "skip.per_token.histogram.counts"
 
 
-def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path,
-                 runs: pl.DataFrame | None = None) -> Path | None:
+def quality_cost(
+    points: pl.DataFrame, metrics: dict[str, str], path: Path, runs: pl.DataFrame | None = None
+) -> Path | None:
     """One panel per (backbone, metric): seed-mean quality vs skip with seed-std error bars and the monotone fit.
 
     ``metrics`` maps a column of ``curve_points`` to its axis label; with ``runs`` the fit is over the runs
@@ -36,16 +38,25 @@ def quality_cost(points: pl.DataFrame, metrics: dict[str, str], path: Path,
     if points.height == 0:
         return None
     backbones = sorted(points["backbone"].unique().to_list())
-    fig, axes = plt.subplots(len(backbones), len(metrics), figsize=(4.2 * len(metrics), 3.6 * len(backbones)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(backbones), len(metrics), figsize=(4.2 * len(metrics), 3.6 * len(backbones)), squeeze=False
+    )
     for i, backbone in enumerate(backbones):
         mine = points.filter(pl.col("backbone") == backbone)
         for j, (metric, label) in enumerate(metrics.items()):
             ax = axes[i][j]
             for c in curves(mine, metric, None if runs is None else runs.filter(pl.col("backbone") == backbone)):
                 part = mine.filter(*(pl.col(k) == c.key[k] for k in CURVE_KEYS if c.key[k] is not None))
-                bars = ax.errorbar(part["skip.mean"], part[f"{metric}.mean"], xerr=part["skip.std"].fill_null(0),
-                                   yerr=part[f"{metric}.std"].fill_null(0), fmt="o", ms=4, capsize=2, label=c.label)
+                bars = ax.errorbar(
+                    part["skip.mean"],
+                    part[f"{metric}.mean"],
+                    xerr=part["skip.std"].fill_null(0),
+                    yerr=part[f"{metric}.std"].fill_null(0),
+                    fmt="o",
+                    ms=4,
+                    capsize=2,
+                    label=c.label,
+                )
                 if c.interpolable:
                     ax.plot(*c.fit, "--", lw=1, color=bars[0].get_color())
             ax.set(xlabel="realized parameter skip (%)", ylabel=label, title=f"{backbone}: {label}")
@@ -93,16 +104,18 @@ def ffn_usage_heatmap(runs: pl.DataFrame, path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def rho_per_layer(runs: pl.DataFrame, path: Path, main_alpha: float, main_memory_dim: int,
-                  main_layer_set: str) -> Path | None:
+def rho_per_layer(
+    runs: pl.DataFrame, path: Path, main_alpha: float, main_memory_dim: int, main_layer_set: str
+) -> Path | None:
     """Learned forget factor ρ per layer, seed mean ± std; per backbone the two views of ``_two_views``."""
     if layer_values(runs, "rho").height == 0:
         return None
     return _two_views(runs, "learned ρ", path, _rho_lines, main_alpha, main_memory_dim, main_layer_set)
 
 
-def per_token_skip(runs: pl.DataFrame, path: Path, main_alpha: float, main_memory_dim: int,
-                   main_layer_set: str) -> Path | None:
+def per_token_skip(
+    runs: pl.DataFrame, path: Path, main_alpha: float, main_memory_dim: int, main_layer_set: str
+) -> Path | None:
     """Distribution over tokens of the per-token skip rate (histograms normalised, then averaged over seeds)."""
     if COUNTS not in runs.columns or EDGES not in runs.columns:
         return None
@@ -112,19 +125,26 @@ def per_token_skip(runs: pl.DataFrame, path: Path, main_alpha: float, main_memor
     return _two_views(have, "share of tokens", path, _token_lines, main_alpha, main_memory_dim, main_layer_set)
 
 
-def _two_views(runs: pl.DataFrame, ylabel: str, path: Path, draw, main_alpha: float, main_memory_dim: int,
-               main_layer_set: str) -> Path:
+def _two_views(
+    runs: pl.DataFrame, ylabel: str, path: Path, draw, main_alpha: float, main_memory_dim: int, main_layer_set: str
+) -> Path:
     """One row per backbone: left, the HeRo groups at the main α and layer set (a line per variant / memory dim);
     right, full HeRo at the main memory dim and layer set (a line per α)."""
     hero = runs.filter((pl.col("method") == "hero") & (pl.col("layer_set") == main_layer_set))
     backbones = sorted(hero["backbone"].unique().to_list()) or ["(none)"]
     fig, axes = plt.subplots(len(backbones), 2, figsize=(10, 3.4 * len(backbones)), squeeze=False)
-    dim_suffix = pl.when(pl.col("memory_dim") == main_memory_dim).then(pl.lit("")).otherwise(
-        pl.format(" d_m={}", pl.col("memory_dim")))
+    dim_suffix = (
+        pl.when(pl.col("memory_dim") == main_memory_dim)
+        .then(pl.lit(""))
+        .otherwise(pl.format(" d_m={}", pl.col("memory_dim")))
+    )
     for row, backbone in zip(axes, backbones):
         mine = hero.filter(pl.col("backbone") == backbone)
-        left = mine.filter(close_to("alpha", main_alpha)).with_columns(
-            label=pl.concat_str(pl.col("variant"), dim_suffix)).sort("variant", "memory_dim")
+        left = (
+            mine.filter(close_to("alpha", main_alpha))
+            .with_columns(label=pl.concat_str(pl.col("variant"), dim_suffix))
+            .sort("variant", "memory_dim")
+        )
         right = mine.filter((pl.col("variant") == "full") & (pl.col("memory_dim") == main_memory_dim)).sort("alpha")
         right = right.with_columns(label=pl.col("alpha").map_elements(lambda a: f"α={a:g}", return_dtype=pl.String))
         titles = (f"{backbone}: α={main_alpha:g}, by variant", f"{backbone}: full HeRo d_m={main_memory_dim}, by α")
@@ -142,8 +162,12 @@ def _two_views(runs: pl.DataFrame, ylabel: str, path: Path, draw, main_alpha: fl
 
 def _rho_lines(ax, part: pl.DataFrame) -> None:
     for (label,), g in part.group_by("label", maintain_order=True):
-        long = (layer_values(g, "rho").group_by("layer").agg(pl.col("value").mean().alias("m"),
-                                                             pl.col("value").std().alias("s")).sort("layer"))
+        long = (
+            layer_values(g, "rho")
+            .group_by("layer")
+            .agg(pl.col("value").mean().alias("m"), pl.col("value").std().alias("s"))
+            .sort("layer")
+        )
         ax.errorbar(long["layer"], long["m"], yerr=long["s"].fill_null(0), fmt="o-", ms=3, capsize=2, label=label)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("backbone layer (0-based)")
@@ -152,16 +176,23 @@ def _rho_lines(ax, part: pl.DataFrame) -> None:
 def _token_lines(ax, part: pl.DataFrame) -> None:
     for (label,), g in part.group_by("label", maintain_order=True):
         edges = np.asarray(g[EDGES][0], dtype=float)
-        same = [np.asarray(c, dtype=float) for c, e in zip(g[COUNTS], g[EDGES])
-                if len(c) == len(edges) - 1 and len(e) == len(edges) and np.allclose(e, edges)]
+        same = [
+            np.asarray(c, dtype=float)
+            for c, e in zip(g[COUNTS], g[EDGES])
+            if len(c) == len(edges) - 1 and len(e) == len(edges) and np.allclose(e, edges)
+        ]
         share = np.mean([c / c.sum() for c in same if c.sum() > 0], axis=0)
         ax.stairs(share, edges * 100.0, label=f"{label} ({len(same)} runs)")
     ax.set_xlabel("per-token parameter skip (%)")
 
 
 def _layer_long(runs: pl.DataFrame, name: str) -> pl.DataFrame:
-    long = (layer_values(runs, name).group_by(*KEYS, "layer").agg(pl.col("value").mean())
-            .sort(*KEYS, "layer", nulls_last=True))
+    long = (
+        layer_values(runs, name)
+        .group_by(*KEYS, "layer")
+        .agg(pl.col("value").mean())
+        .sort(*KEYS, "layer", nulls_last=True)
+    )
     label = pl.format("{} {}/{} α={} d_m={} {} knob={}", *(pl.col(k).cast(pl.String).fill_null("–") for k in KEYS))
     return long.select(label.alias("group"), pl.col("layer").cast(pl.String), "value")
 

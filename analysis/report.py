@@ -32,6 +32,7 @@ with one line naming the option, the selector, the groups that exist and the
 The main setting (α or calibration target, memory dim, layer set) comes from the records
 unless given.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,15 @@ from analysis.tables import Table, build_table, close_to, paper_tables
 
 PAPER_MAIN = {"alpha": 1e-3, "memory_dim": 64, "layer_set": "second_half"}
 """The paper's main setting (HERO_SPEC §8): only a tie-break when the records do not decide."""
-TRAIN_OVERRIDE = {"method": "method", "variant": "ablation", "alpha": "alpha", "memory_dim": "router.memory_dim",
-                  "layer_set": "layers", "seed": "seed", "backbone": "model"}
+TRAIN_OVERRIDE = {
+    "method": "method",
+    "variant": "ablation",
+    "alpha": "alpha",
+    "memory_dim": "router.memory_dim",
+    "layer_set": "layers",
+    "seed": "seed",
+    "backbone": "model",
+}
 """Run field → the ``train.py`` override that sets it (for the command that provides a missing baseline)."""
 NOT_HERO = ("dense", "lora", "drop_routable_ffn")
 
@@ -86,35 +94,64 @@ their alpha, and the main alpha (Table 2's baseline) is full HeRo's calibrated a
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n\n")[0],
-                                epilog=SELECTOR_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.report",
+        description=__doc__.split("\n\n")[0],
+        epilog=SELECTOR_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("dirs", nargs="+", help="directories (searched recursively) or results.json files")
     p.add_argument("--out", required=True, type=Path, help="output directory (created)")
     p.add_argument("--tables", default="1,2,3,4", help="which paper tables to build (default: 1,2,3,4)")
-    p.add_argument("--main-alpha", type=float,
-                   help="α of the main setting (default: from the records, see MAIN SETTING below)")
-    p.add_argument("--main-target", metavar="SKIP",
-                   help="calibration target (realized skip, e.g. 0.2) of the main setting, or 'none' "
-                        "(default: from the records when HeRo runs used alpha=calibrated)")
+    p.add_argument(
+        "--main-alpha", type=float, help="α of the main setting (default: from the records, see MAIN SETTING below)"
+    )
+    p.add_argument(
+        "--main-target",
+        metavar="SKIP",
+        help="calibration target (realized skip, e.g. 0.2) of the main setting, or 'none' "
+        "(default: from the records when HeRo runs used alpha=calibrated)",
+    )
     p.add_argument("--main-memory-dim", type=int, help="memory dim of the main setting (default: from the records)")
     p.add_argument("--main-layer-set", help="layer set of the main setting (default: from the records)")
-    p.add_argument("--baseline-table1", metavar="SEL", default="method=dense",
-                   help="Retain baseline of Table 1, main results (default: method=dense, the Dense run or the "
-                        "dense record every evaluated run writes under <outputs>/baselines/)")
-    p.add_argument("--baseline-table2", metavar="SEL",
-                   help="Retain baseline of Table 2, α sweep (default: alpha=<main α>)")
-    p.add_argument("--baseline-table3", metavar="SEL", default="variant=full",
-                   help="Retain baseline of Table 3, ablations (default: variant=full, full HeRo)")
-    p.add_argument("--baseline-table4", metavar="SEL",
-                   help="Retain baseline of Table 4, memory dim (default: memory_dim=<main dim>, the 64-dim run)")
-    p.add_argument("--curve-baseline", metavar="SEL", default="method=dense",
-                   help="Retain baseline of the quality–cost curves and groups.csv (default: method=dense)")
-    p.add_argument("--curve-reference", metavar="SEL",
-                   help="curve the others are compared with at matched skip (default: "
-                        "method=hero,variant=full,memory_dim=<main dim>,layer_set=<main layer set>)")
-    p.add_argument("--matched-skip", metavar="PCTS",
-                   help="comma-separated skip rates in %% for matched comparisons "
-                        "(default: the reference curve's points)")
+    p.add_argument(
+        "--baseline-table1",
+        metavar="SEL",
+        default="method=dense",
+        help="Retain baseline of Table 1, main results (default: method=dense, the Dense run or the "
+        "dense record every evaluated run writes under <outputs>/baselines/)",
+    )
+    p.add_argument(
+        "--baseline-table2", metavar="SEL", help="Retain baseline of Table 2, α sweep (default: alpha=<main α>)"
+    )
+    p.add_argument(
+        "--baseline-table3",
+        metavar="SEL",
+        default="variant=full",
+        help="Retain baseline of Table 3, ablations (default: variant=full, full HeRo)",
+    )
+    p.add_argument(
+        "--baseline-table4",
+        metavar="SEL",
+        help="Retain baseline of Table 4, memory dim (default: memory_dim=<main dim>, the 64-dim run)",
+    )
+    p.add_argument(
+        "--curve-baseline",
+        metavar="SEL",
+        default="method=dense",
+        help="Retain baseline of the quality–cost curves and groups.csv (default: method=dense)",
+    )
+    p.add_argument(
+        "--curve-reference",
+        metavar="SEL",
+        help="curve the others are compared with at matched skip (default: "
+        "method=hero,variant=full,memory_dim=<main dim>,layer_set=<main layer set>)",
+    )
+    p.add_argument(
+        "--matched-skip",
+        metavar="PCTS",
+        help="comma-separated skip rates in %% for matched comparisons (default: the reference curve's points)",
+    )
     p.add_argument("--tasks", help="comma-separated task set for Retain (default: every task the baseline scores)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the t intervals (default: 0.95)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -132,8 +169,15 @@ def run_report(args: argparse.Namespace) -> dict:
     runs = load_runs(args.dirs)
     frame = runs.records.collect()
     tasks = args.tasks.split(",") if args.tasks else None
-    summary = {"inputs": [str(d) for d in args.dirs], "counts": runs.counts(), "tasks": runs.tasks,
-               "problems": runs.problems.to_dicts(), "notes": list(runs.notes), "tables": {}, "files": []}
+    summary = {
+        "inputs": [str(d) for d in args.dirs],
+        "counts": runs.counts(),
+        "tasks": runs.tasks,
+        "problems": runs.problems.to_dicts(),
+        "notes": list(runs.notes),
+        "tables": {},
+        "files": [],
+    }
     files: list[Path] = summary["files"]
     files += _write_problems(runs, out)
     if frame.height == 0:
@@ -148,15 +192,25 @@ def run_report(args: argparse.Namespace) -> dict:
     else:
         summary["notes"].append("no record carries wall_time_s: no budget table")
 
-    for selector in (args.baseline_table1, args.baseline_table2, args.baseline_table3, args.baseline_table4,
-                     args.curve_baseline, args.curve_reference):
+    for selector in (
+        args.baseline_table1,
+        args.baseline_table2,
+        args.baseline_table3,
+        args.baseline_table4,
+        args.curve_baseline,
+        args.curve_reference,
+    ):
         if selector:
             parse_selector(selector)
     main = main_setting(frame, args)
     summary["main_setting"] = main
     alpha, dim, layer_set, target = main["alpha"], main["memory_dim"], main["layer_set"], main["target"]
-    baselines = {1: args.baseline_table1, 2: args.baseline_table2 or f"alpha={alpha!r}",
-                 3: args.baseline_table3, 4: args.baseline_table4 or f"memory_dim={dim}"}
+    baselines = {
+        1: args.baseline_table1,
+        2: args.baseline_table2 or f"alpha={alpha!r}",
+        3: args.baseline_table3,
+        4: args.baseline_table4 or f"memory_dim={dim}",
+    }
     wanted = {int(n) for n in args.tables.split(",")}
     built: list[Table] = []
     for spec in paper_tables(alpha, dim, layer_set, baselines, main_target=target):
@@ -174,12 +228,24 @@ def run_report(args: argparse.Namespace) -> dict:
         built.append(table)
         files += table.write(out)
         summary["tables"][spec.stem] = {
-            "rows": table.stats.height, "runs": table.runs.height, "row_filter": spec.rows,
-            "baseline": {b: {"option": x.option, "selector": x.selector, "group": x.label, "seeds": list(x.seeds),
-                             "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in table.baselines.items()},
-            "values": table.stats.select(*KEYS, "n", *(f"{m}.{s}" for m in ("retain", "skip", "avg")
-                                                      for s in ("mean", "std", "ci_lo", "ci_hi"))).to_dicts(),
-            "notes": table.notes}
+            "rows": table.stats.height,
+            "runs": table.runs.height,
+            "row_filter": spec.rows,
+            "baseline": {
+                b: {
+                    "option": x.option,
+                    "selector": x.selector,
+                    "group": x.label,
+                    "seeds": list(x.seeds),
+                    "task_set": {t: runs.tasks[t] for t in x.tasks},
+                }
+                for b, x in table.baselines.items()
+            },
+            "values": table.stats.select(
+                *KEYS, "n", *(f"{m}.{s}" for m in ("retain", "skip", "avg") for s in ("mean", "std", "ci_lo", "ci_hi"))
+            ).to_dicts(),
+            "notes": table.notes,
+        }
 
     calibrated = calibration_table(frame)
     if calibrated.height:
@@ -221,19 +287,27 @@ def run_report(args: argparse.Namespace) -> dict:
     matched = pl.concat([matched_skip(c, refs[m], levels) for m, c in metric_curves.items()])
     areas = pl.concat([area_between(c, refs[m]) for m, c in metric_curves.items()])
     adjusted = pl.concat([skip_adjusted(c, refs[m], args.level) for m, c in metric_curves.items()])
-    files += [_csv(named(matched), out / "matched_skip.csv"), _csv(named(areas), out / "curve_areas.csv"),
-              _csv(named(adjusted), out / "skip_adjusted.csv")]
-    (out / "matched_skip.md").write_text(_matched_markdown(matched, areas, adjusted, curve_base, reference,
-                                                           runs.tasks, args.level))
+    files += [
+        _csv(named(matched), out / "matched_skip.csv"),
+        _csv(named(areas), out / "curve_areas.csv"),
+        _csv(named(adjusted), out / "skip_adjusted.csv"),
+    ]
+    (out / "matched_skip.md").write_text(
+        _matched_markdown(matched, areas, adjusted, curve_base, reference, runs.tasks, args.level)
+    )
     files.append(out / "matched_skip.md")
-    summary.setdefault("curves", {}).update({
-        "retain_baseline": {b: {"selector": x.selector, "group": x.label,
-                                "task_set": {t: runs.tasks[t] for t in x.tasks}} for b, x in curve_base.items()},
-        "reference": {b: {"selector": reference, "curve": c.label} for b, c in refs["retain"].items()},
-        "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
-        "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
-        "skip_adjusted_retain": adjusted.filter(pl.col("metric") == "retain").to_dicts(),
-    })
+    summary.setdefault("curves", {}).update(
+        {
+            "retain_baseline": {
+                b: {"selector": x.selector, "group": x.label, "task_set": {t: runs.tasks[t] for t in x.tasks}}
+                for b, x in curve_base.items()
+            },
+            "reference": {b: {"selector": reference, "curve": c.label} for b, c in refs["retain"].items()},
+            "matched_skip_retain": matched.filter(pl.col("metric") == "retain").to_dicts(),
+            "areas_retain": areas.filter(pl.col("metric") == "retain").to_dicts(),
+            "skip_adjusted_retain": adjusted.filter(pl.col("metric") == "retain").to_dicts(),
+        }
+    )
     if latency.height:
         files.append(_csv(named(latency), out / "latency.csv"))
     else:
@@ -245,8 +319,14 @@ def run_report(args: argparse.Namespace) -> dict:
     return _finish_extras(args, built, summary, out, files, adjusted)
 
 
-def _finish_extras(args: argparse.Namespace, built: list[Table], summary: dict, out: Path, files: list,
-                   adjusted: pl.DataFrame | None = None) -> dict:
+def _finish_extras(
+    args: argparse.Namespace,
+    built: list[Table],
+    summary: dict,
+    out: Path,
+    files: list,
+    adjusted: pl.DataFrame | None = None,
+) -> dict:
     found = comparisons(built, adjusted)
     files += [_csv(found, out / "resolution.csv"), out / "resolution.md"]
     (out / "resolution.md").write_text(resolution_markdown(found, args.level))
@@ -314,14 +394,20 @@ def main_target(hero: pl.DataFrame, option: str | None) -> tuple[float | None, s
         return given, "option"
     if "calibration.target" not in hero.columns:
         return None, "records"
-    return most_shared(hero.with_columns(pl.col("calibration.target").cast(pl.Float64)), "calibration.target"), "records"
+    return most_shared(
+        hero.with_columns(pl.col("calibration.target").cast(pl.Float64)), "calibration.target"
+    ), "records"
 
 
 def most_shared(runs: pl.DataFrame, column: str, prefer: object = None):
     """The value of ``column`` that the most groups (``KEYS``) share, then the most runs, then ``prefer``,
     then the smallest (whatever order group_by gave); ``None`` when no run has one."""
-    counts = (runs.filter(pl.col(column).is_not_null()).group_by(column)
-              .agg(pl.struct(*KEYS).n_unique().alias("groups"), pl.len().alias("runs")).to_dicts())
+    counts = (
+        runs.filter(pl.col(column).is_not_null())
+        .group_by(column)
+        .agg(pl.struct(*KEYS).n_unique().alias("groups"), pl.len().alias("runs"))
+        .to_dicts()
+    )
     counts.sort(key=lambda r: r[column])
     best = max(counts, key=lambda r: (r["groups"], r["runs"], r[column] == prefer), default=None)
     return None if best is None else best[column]
@@ -348,37 +434,65 @@ def calibration_table(frame: pl.DataFrame) -> pl.DataFrame:
     runs = frame.filter(pl.col("calibration.target").is_not_null())
     if runs.height == 0:
         return pl.DataFrame()
-    return (runs.select("backbone", "method", "variant", "layer_set", "memory_dim",
-                        pl.col("calibration.target").cast(pl.Float64).alias("target"), "alpha", "seed",
-                        (pl.col("skip.param_rate") * 100.0).alias("realized_skip_pct"),
-                        ((pl.col("skip.param_rate") - pl.col("calibration.target")) * 100.0).alias("deviation_pp"),
-                        (pl.col("calibration.tolerance").cast(pl.Float64) * 100.0).alias("tolerance_pp"))
-            .sort("backbone", "variant", "target", "seed"))
+    return runs.select(
+        "backbone",
+        "method",
+        "variant",
+        "layer_set",
+        "memory_dim",
+        pl.col("calibration.target").cast(pl.Float64).alias("target"),
+        "alpha",
+        "seed",
+        (pl.col("skip.param_rate") * 100.0).alias("realized_skip_pct"),
+        ((pl.col("skip.param_rate") - pl.col("calibration.target")) * 100.0).alias("deviation_pp"),
+        (pl.col("calibration.tolerance").cast(pl.Float64) * 100.0).alias("tolerance_pp"),
+    ).sort("backbone", "variant", "target", "seed")
 
 
 def _calibration_markdown(calibrated: pl.DataFrame) -> str:
-    lines = ["# Realized skip per seed at the calibrated α", "",
-             "Each variant ran at the α calibrated (at one seed) for the target; the other seeds land beside it. "
-             "Compare variants at the target with `matched_skip.md` (interpolation along each variant's own curve), "
-             "not cell by cell.", "",
-             "| backbone | variant | target % | α | seed | realized skip % | deviation pp |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Realized skip per seed at the calibrated α",
+        "",
+        "Each variant ran at the α calibrated (at one seed) for the target; the other seeds land beside it. "
+        "Compare variants at the target with `matched_skip.md` (interpolation along each variant's own curve), "
+        "not cell by cell.",
+        "",
+        "| backbone | variant | target % | α | seed | realized skip % | deviation pp |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in calibrated.iter_rows(named=True):
-        lines.append(f"| {r['backbone']} | {r['variant']} | {100 * r['target']:.2f} | {r['alpha']:.4g} | {r['seed']} | "
-                     f"{r['realized_skip_pct']:.2f} | {r['deviation_pp']:+.2f} |")
+        lines.append(
+            f"| {r['backbone']} | {r['variant']} | {100 * r['target']:.2f} | {r['alpha']:.4g} | {r['seed']} | "
+            f"{r['realized_skip_pct']:.2f} | {r['deviation_pp']:+.2f} |"
+        )
     spread = calibrated.group_by("backbone", "variant", "target", maintain_order=True).agg(
-        pl.len().alias("n"), pl.col("deviation_pp").mean().alias("mean"), pl.col("deviation_pp").std().alias("std"),
-        pl.col("deviation_pp").abs().max().alias("max_abs"))
-    lines += ["", "| backbone | variant | target % | seeds | mean deviation pp | std pp | max |deviation| pp |",
-              "|---|---|---|---|---|---|---|"]
+        pl.len().alias("n"),
+        pl.col("deviation_pp").mean().alias("mean"),
+        pl.col("deviation_pp").std().alias("std"),
+        pl.col("deviation_pp").abs().max().alias("max_abs"),
+    )
+    lines += [
+        "",
+        "| backbone | variant | target % | seeds | mean deviation pp | std pp | max |deviation| pp |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in spread.iter_rows(named=True):
         std = "–" if r["std"] is None else f"{r['std']:.2f}"
-        lines.append(f"| {r['backbone']} | {r['variant']} | {100 * r['target']:.2f} | {r['n']} | {r['mean']:+.2f} | "
-                     f"{std} | {r['max_abs']:.2f} |")
+        lines.append(
+            f"| {r['backbone']} | {r['variant']} | {100 * r['target']:.2f} | {r['n']} | {r['mean']:+.2f} | "
+            f"{std} | {r['max_abs']:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def _plots(scored: pl.DataFrame, points: pl.DataFrame | None, latency: pl.DataFrame | None, task_cols: list[str],
-           out: Path, main: tuple) -> dict:
+def _plots(
+    scored: pl.DataFrame,
+    points: pl.DataFrame | None,
+    latency: pl.DataFrame | None,
+    task_cols: list[str],
+    out: Path,
+    main: tuple,
+) -> dict:
     from analysis import plots
 
     hero = scored.filter(pl.col("method") == "hero")
@@ -396,8 +510,11 @@ def _plots(scored: pl.DataFrame, points: pl.DataFrame | None, latency: pl.DataFr
 def _write_problems(runs: Runs, out: Path) -> list[Path]:
     csv = _csv(runs.problems, out / "problems.csv")
     counts = runs.counts()
-    lines = [f"# Runs found: {counts['found']}; completed: {counts['completed']}; "
-             + "; ".join(f"{k}: {v}" for k, v in counts.items() if k not in ("found", "completed")), ""]
+    lines = [
+        f"# Runs found: {counts['found']}; completed: {counts['completed']}; "
+        + "; ".join(f"{k}: {v}" for k, v in counts.items() if k not in ("found", "completed")),
+        "",
+    ]
     if runs.problems.height:
         lines += ["| kind | path | reason |", "|---|---|---|"]
         lines += [f"| {r['kind']} | {r['path']} | {r['reason']} |" for r in runs.problems.iter_rows(named=True)]
@@ -408,38 +525,63 @@ def _write_problems(runs: Runs, out: Path) -> list[Path]:
     return [csv, md]
 
 
-def _matched_markdown(matched: pl.DataFrame, areas: pl.DataFrame, adjusted: pl.DataFrame, base: dict, reference: str,
-                      metrics: dict, level: float) -> str:
-    lines = ["# Quality at matched skip (monotone fit, interpolated; no extrapolation)", "",
-             f"Reference curve: `{reference}`. Retain baselines: "
-             + "; ".join(x.describe(metrics) for x in base.values()), "",
-             "| backbone | curve | metric | skip % | quality | reference | difference |",
-             "|---|---|---|---|---|---|---|"]
+def _matched_markdown(
+    matched: pl.DataFrame,
+    areas: pl.DataFrame,
+    adjusted: pl.DataFrame,
+    base: dict,
+    reference: str,
+    metrics: dict,
+    level: float,
+) -> str:
+    lines = [
+        "# Quality at matched skip (monotone fit, interpolated; no extrapolation)",
+        "",
+        f"Reference curve: `{reference}`. Retain baselines: " + "; ".join(x.describe(metrics) for x in base.values()),
+        "",
+        "| backbone | curve | metric | skip % | quality | reference | difference |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in matched.iter_rows(named=True):
         if r["in_range"]:
             q = f"{r['quality']:.2f} | {r['reference_quality']:.2f} | {r['difference']:+.2f}"
         else:
             q = "out of range | – | –"
-        lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
-                     f"{r['metric']} | {r['skip']:.2f} | {q} |")
-    lines += ["", "Area between each curve and the reference over their common skip interval "
-                  "(∫ (curve − reference) d skip%, and the mean gap = area / width):", "",
-              "| backbone | curve | metric | skip interval % | area | mean gap |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
+            f"{r['metric']} | {r['skip']:.2f} | {q} |"
+        )
+    lines += [
+        "",
+        "Area between each curve and the reference over their common skip interval "
+        "(∫ (curve − reference) d skip%, and the mean gap = area / width):",
+        "",
+        "| backbone | curve | metric | skip interval % | area | mean gap |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in areas.iter_rows(named=True):
         area = "no overlap | –" if r["area"] is None else f"{r['area']:.3f} | {r['mean_gap']:+.3f}"
-        lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
-                     f"{r['metric']} | {r['skip_lo']:.2f}–{r['skip_hi']:.2f} | {area} |")
-    lines += ["", "Skip-adjusted difference: each run of a curve minus the reference fit at that run's own realized "
-                  f"skip, mean ± std over the runs inside the reference's range, {100 * level:g} % t interval (it leaves "
-                  "out the reference fit's own error, of the order of the reference runs' residual std):", "",
-              "| backbone | curve | metric | runs (outside) | difference | interval | reference residual std |",
-              "|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
+            f"{r['metric']} | {r['skip_lo']:.2f}–{r['skip_hi']:.2f} | {area} |"
+        )
+    lines += [
+        "",
+        "Skip-adjusted difference: each run of a curve minus the reference fit at that run's own realized "
+        f"skip, mean ± std over the runs inside the reference's range, {100 * level:g} % t interval (it leaves "
+        "out the reference fit's own error, of the order of the reference runs' residual std):",
+        "",
+        "| backbone | curve | metric | runs (outside) | difference | interval | reference residual std |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in adjusted.iter_rows(named=True):
         diff = "–" if r["mean"] is None else f"{r['mean']:+.2f}" + ("" if r["std"] is None else f" ± {r['std']:.2f}")
         ci = "–" if r["ci_lo"] is None else f"{r['ci_lo']:+.2f} to {r['ci_hi']:+.2f}"
         ref_std = "–" if r["reference_resid_std"] is None else f"{r['reference_resid_std']:.2f}"
-        lines.append(f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
-                     f"{r['metric']} | {r['n']} ({r['n_outside']}) | {diff} | {ci} | {ref_std} |")
+        lines.append(
+            f"| {r['backbone']} | {r['method']}/{r['variant']} d_m={r['memory_dim']} {r['layer_set']} | "
+            f"{r['metric']} | {r['n']} ({r['n_outside']}) | {diff} | {ci} | {ref_std} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -467,8 +609,10 @@ def _baseline_columns(baselines: dict, metrics: dict[str, str]):
     def add(df: pl.DataFrame) -> pl.DataFrame:
         if df.height == 0:
             return df
-        return df.with_columns(pl.col("backbone").replace_strict(label, default=None).alias("retain_baseline"),
-                               pl.col("backbone").replace_strict(task_set, default=None).alias("task_set"))
+        return df.with_columns(
+            pl.col("backbone").replace_strict(label, default=None).alias("retain_baseline"),
+            pl.col("backbone").replace_strict(task_set, default=None).alias("task_set"),
+        )
 
     return add
 
@@ -497,16 +641,28 @@ def main(argv: list[str] | None = None) -> int:
     for p in summary["problems"]:
         print(f"  {p['kind']}: {p['path']} — {p['reason']}")
     for name, t in summary["tables"].items():
-        print(f"{name}: " + (f"skipped: {t['skipped']}" if "skipped" in t else f"{t['rows']} rows; baselines "
-                             + "; ".join(f"{b}: {x['group']}" for b, x in t["baseline"].items())))
+        print(
+            f"{name}: "
+            + (
+                f"skipped: {t['skipped']}"
+                if "skipped" in t
+                else f"{t['rows']} rows; baselines " + "; ".join(f"{b}: {x['group']}" for b, x in t["baseline"].items())
+            )
+        )
     if "skipped" in summary.get("curves", {}):
         print(f"curves: skipped: {summary['curves']['skipped']}")
     main_set = summary.get("main_setting")
     if main_set:
         shown = [k for k in ("alpha", "target", "memory_dim", "layer_set") if main_set[k] is not None]
-        print("main setting: " + ", ".join(f"{k}={main_set[k]:g}" if isinstance(main_set[k], float) else
-                                            f"{k}={main_set[k]}" for k in shown)
-              + " (" + ", ".join(f"{k} from {main_set['source'][k]}" for k in shown) + ")")
+        print(
+            "main setting: "
+            + ", ".join(
+                f"{k}={main_set[k]:g}" if isinstance(main_set[k], float) else f"{k}={main_set[k]}" for k in shown
+            )
+            + " ("
+            + ", ".join(f"{k} from {main_set['source'][k]}" for k in shown)
+            + ")"
+        )
     for note in summary["notes"]:
         print(f"note: {note}")
     print(f"wrote {len(summary['files'])} files to {args.out}")

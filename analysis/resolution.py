@@ -10,10 +10,11 @@ difference of that size lands, on average, just at the interval's edge. ``seeds_
 inverts it: the fewest seeds whose half-width at a given std is at most a given difference.
 Comparisons of one seed (no std) say nothing about resolution and are left out.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -21,10 +22,24 @@ from analysis.stats import t_quantile
 from analysis.tables import Table
 
 LABELS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set", "knob")
-SCHEMA = {"source": pl.String, "against": pl.String, "backbone": pl.String, "method": pl.String,
-          "variant": pl.String, "alpha": pl.Float64, "memory_dim": pl.Int64, "layer_set": pl.String,
-          "knob": pl.Float64, "n": pl.Int64, "mean": pl.Float64, "std": pl.Float64, "half_width": pl.Float64,
-          "ci_lo": pl.Float64, "ci_hi": pl.Float64, "resolved": pl.Boolean}
+SCHEMA = {
+    "source": pl.String,
+    "against": pl.String,
+    "backbone": pl.String,
+    "method": pl.String,
+    "variant": pl.String,
+    "alpha": pl.Float64,
+    "memory_dim": pl.Int64,
+    "layer_set": pl.String,
+    "knob": pl.Float64,
+    "n": pl.Int64,
+    "mean": pl.Float64,
+    "std": pl.Float64,
+    "half_width": pl.Float64,
+    "ci_lo": pl.Float64,
+    "ci_hi": pl.Float64,
+    "resolved": pl.Boolean,
+}
 RESOLVE_POINTS = (1.0, 2.0, 5.0)
 
 
@@ -35,14 +50,32 @@ def comparisons(tables: Sequence[Table], adjusted: pl.DataFrame | None) -> pl.Da
     for table in tables:
         base = {b: x.label for b, x in table.baselines.items()}
         for r in table.paired.filter(table.is_baseline().not_() & (pl.col("n") >= 2)).to_dicts():
-            rows.append({"source": table.spec.stem, "against": base.get(r["backbone"]),
-                         **{k: r.get(k) for k in LABELS}, "n": r["n"], "mean": r["retain.mean"],
-                         "std": r["retain.std"], "ci_lo": r["retain.ci_lo"], "ci_hi": r["retain.ci_hi"]})
+            rows.append(
+                {
+                    "source": table.spec.stem,
+                    "against": base.get(r["backbone"]),
+                    **{k: r.get(k) for k in LABELS},
+                    "n": r["n"],
+                    "mean": r["retain.mean"],
+                    "std": r["retain.std"],
+                    "ci_lo": r["retain.ci_lo"],
+                    "ci_hi": r["retain.ci_hi"],
+                }
+            )
     if adjusted is not None:
         for r in adjusted.filter((pl.col("metric") == "retain") & (pl.col("n") >= 2)).to_dicts():
-            rows.append({"source": "skip_adjusted", "against": f"{r['reference']} curve at the run's own skip",
-                         **{k: r.get(k) for k in LABELS}, "n": r["n"], "mean": r["mean"], "std": r["std"],
-                         "ci_lo": r["ci_lo"], "ci_hi": r["ci_hi"]})
+            rows.append(
+                {
+                    "source": "skip_adjusted",
+                    "against": f"{r['reference']} curve at the run's own skip",
+                    **{k: r.get(k) for k in LABELS},
+                    "n": r["n"],
+                    "mean": r["mean"],
+                    "std": r["std"],
+                    "ci_lo": r["ci_lo"],
+                    "ci_hi": r["ci_hi"],
+                }
+            )
     for r in rows:
         r["half_width"] = None if r["ci_hi"] is None else (r["ci_hi"] - r["ci_lo"]) / 2.0
         r["resolved"] = None if r["ci_hi"] is None else bool(r["ci_lo"] > 0.0 or r["ci_hi"] < 0.0)
@@ -62,9 +95,12 @@ def seeds_needed(std: float, difference: float, level: float = 0.95, max_n: int 
 def resolution_markdown(found: pl.DataFrame, level: float = 0.95) -> str:
     """Per source: the median half-width and std, what was resolved, the seeds 1 / 2 / 5 points need."""
     pct = f"{100 * level:g} %"
-    lines = [f"**What this study resolves** (paired Retain differences, {pct} t intervals; a comparison is "
-             "resolved when its interval excludes 0, and its half-width is the smallest difference its seeds "
-             "resolve).", ""]
+    lines = [
+        f"**What this study resolves** (paired Retain differences, {pct} t intervals; a comparison is "
+        "resolved when its interval excludes 0, and its half-width is the smallest difference its seeds "
+        "resolve).",
+        "",
+    ]
     if found.height == 0:
         return "\n".join(lines + ["No paired comparison has two or more shared seeds."]) + "\n"
     for source in found["source"].unique(maintain_order=True).to_list():
@@ -74,21 +110,30 @@ def resolution_markdown(found: pl.DataFrame, level: float = 0.95) -> str:
         counts = "/".join(str(n) for n in sorted(part["n"].unique().to_list()))
         need = [seeds_needed(float(sd.median()), d, level) for d in RESOLVE_POINTS]
         chance = len(part) * (1.0 - level)
-        lines += [f"- **{source}** (against {part['against'][0]}): {len(part)} comparison{'s' if len(part) != 1 else ''} of {counts} {unit}; "
-                  f"half-width median {hw.median():.2f} (range {hw.min():.2f}–{hw.max():.2f}), "
-                  f"std median {sd.median():.2f}. At that std, resolving "
-                  + ", ".join(f"{d:g} point{'s' if d != 1 else ''} takes {n or '> 1000'} {unit}"
-                              for d, n in zip(RESOLVE_POINTS, need))
-                  + f". By chance alone about {chance:.1f} of {len(part)} intervals exclude 0."]
+        lines += [
+            f"- **{source}** (against {part['against'][0]}): {len(part)} comparison{'s' if len(part) != 1 else ''} of {counts} {unit}; "
+            f"half-width median {hw.median():.2f} (range {hw.min():.2f}–{hw.max():.2f}), "
+            f"std median {sd.median():.2f}. At that std, resolving "
+            + ", ".join(
+                f"{d:g} point{'s' if d != 1 else ''} takes {n or '> 1000'} {unit}" for d, n in zip(RESOLVE_POINTS, need)
+            )
+            + f". By chance alone about {chance:.1f} of {len(part)} intervals exclude 0."
+        ]
         hits = part.filter(pl.col("resolved"))
-        lines += [f"  - resolved: {_name(r)} {r['mean']:+.2f} [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}]"
-                  for r in hits.to_dicts()] or ["  - resolved: none"]
-    lines += ["", "| source | method/variant | α | knob | n | Δ Retain | std | half-width | resolved |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"  - resolved: {_name(r)} {r['mean']:+.2f} [{r['ci_lo']:+.2f}, {r['ci_hi']:+.2f}]" for r in hits.to_dicts()
+        ] or ["  - resolved: none"]
+    lines += [
+        "",
+        "| source | method/variant | α | knob | n | Δ Retain | std | half-width | resolved |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in found.to_dicts():
-        lines.append(f"| {r['source']} | {r['method']}/{r['variant']} | {_num(r['alpha'])} | {_num(r['knob'])} | "
-                     f"{r['n']} | {_num(r['mean'], '+.2f')} | {_num(r['std'], '.2f')} | "
-                     f"{_num(r['half_width'], '.2f')} | {'yes' if r['resolved'] else 'no'} |")
+        lines.append(
+            f"| {r['source']} | {r['method']}/{r['variant']} | {_num(r['alpha'])} | {_num(r['knob'])} | "
+            f"{r['n']} | {_num(r['mean'], '+.2f')} | {_num(r['std'], '.2f')} | "
+            f"{_num(r['half_width'], '.2f')} | {'yes' if r['resolved'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"
 
 

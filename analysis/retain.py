@@ -14,6 +14,7 @@ groups that exist; there is no fallback. The task set is the tasks the baseline
 scores (optionally restricted by the caller); a run that lacks a task of the set
 gets no Retain rather than one over fewer tasks.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,15 +50,21 @@ class Baseline:
     def describe(self, metrics: dict[str, str]) -> str:
         """One line naming the baseline and its task set, as printed with every Retain."""
         tasks = ", ".join(f"{t} ({metrics.get(t, '?')})" for t in self.tasks)
-        return (f"Retain baseline ({self.option} {self.selector!r}) for {self.backbone}: {self.label}, "
-                f"n={len(self.seeds)} seeds; task set ({len(self.tasks)}): {tasks}")
+        return (
+            f"Retain baseline ({self.option} {self.selector!r}) for {self.backbone}: {self.label}, "
+            f"n={len(self.seeds)} seeds; task set ({len(self.tasks)}): {tasks}"
+        )
 
 
 def group_label(group: dict, with_backbone: bool = True) -> str:
     """``tiny hero/full α=0.001 d_m=64 second_half`` (the backbone optional)."""
     parts = [group.get("backbone")] if with_backbone else []
-    parts += [f"{group.get('method')}/{group.get('variant')}", f"α={_fmt(group.get('alpha'))}",
-              f"d_m={_fmt(group.get('memory_dim'))}", str(group.get("layer_set"))]
+    parts += [
+        f"{group.get('method')}/{group.get('variant')}",
+        f"α={_fmt(group.get('alpha'))}",
+        f"d_m={_fmt(group.get('memory_dim'))}",
+        str(group.get("layer_set")),
+    ]
     if group.get("knob") is not None:
         parts.append(f"knob={_fmt(group.get('knob'))}")
     return " ".join(map(str, parts))
@@ -104,8 +111,9 @@ def selector_expr(text: str, schema: pl.Schema, option: str = "selector") -> pl.
     return expr
 
 
-def resolve_baselines(runs: pl.DataFrame, selector: str, option: str, metrics: dict[str, str],
-                      tasks: list[str] | None = None) -> dict[str, Baseline]:
+def resolve_baselines(
+    runs: pl.DataFrame, selector: str, option: str, metrics: dict[str, str], tasks: list[str] | None = None
+) -> dict[str, Baseline]:
     """The baseline of every backbone in ``runs`` (candidates: the runs with task scores); see the module docstring.
 
     ``metrics`` maps task → primary metric; ``tasks`` restricts the task set.
@@ -123,9 +131,11 @@ def resolve_baselines(runs: pl.DataFrame, selector: str, option: str, metrics: d
             candidates = candidates.sort(list(KEYS), nulls_last=True).to_dicts()
             listed = [group_label(g, with_backbone=False) for g in candidates]
             more = f" … ({len(listed) - MAX_LISTED} more)" if len(listed) > MAX_LISTED else ""
-            raise BaselineError(f"{option} {selector!r} {what} of backbone {backbone!r}; "
-                                f"{'matching' if groups.height else 'available'} groups: "
-                                f"{'; '.join(listed[:MAX_LISTED])}{more}")
+            raise BaselineError(
+                f"{option} {selector!r} {what} of backbone {backbone!r}; "
+                f"{'matching' if groups.height else 'available'} groups: "
+                f"{'; '.join(listed[:MAX_LISTED])}{more}"
+            )
         scores = {}
         for task in metrics:
             col = here[f"score.{task}"] if f"score.{task}" in here.columns else None
@@ -134,17 +144,28 @@ def resolve_baselines(runs: pl.DataFrame, selector: str, option: str, metrics: d
         if tasks is not None:
             lacking = [t for t in tasks if t not in scores]
             if lacking:
-                raise BaselineError(f"{option} {selector!r}: baseline of {backbone!r} has no score for "
-                                    f"{', '.join(lacking)} in every seed; it scores {', '.join(scores) or 'nothing'}")
+                raise BaselineError(
+                    f"{option} {selector!r}: baseline of {backbone!r} has no score for "
+                    f"{', '.join(lacking)} in every seed; it scores {', '.join(scores) or 'nothing'}"
+                )
             scores = {t: scores[t] for t in tasks}
         if not scores:
             raise BaselineError(f"{option} {selector!r}: baseline of {backbone!r} scores no task in every seed")
         zero = [t for t, v in scores.items() if v == 0 or math.isnan(v)]
         if zero:
-            raise BaselineError(f"{option} {selector!r}: baseline of {backbone!r} scores 0 on {', '.join(zero)}; "
-                                "Retain is undefined there (restrict the task set)")
-        out[backbone] = Baseline(selector=selector, option=option, backbone=backbone, group=groups.row(0, named=True),
-                                 tasks=tuple(scores), scores=scores, seeds=tuple(sorted(here["seed"].to_list())))
+            raise BaselineError(
+                f"{option} {selector!r}: baseline of {backbone!r} scores 0 on {', '.join(zero)}; "
+                "Retain is undefined there (restrict the task set)"
+            )
+        out[backbone] = Baseline(
+            selector=selector,
+            option=option,
+            backbone=backbone,
+            group=groups.row(0, named=True),
+            tasks=tuple(scores),
+            scores=scores,
+            seeds=tuple(sorted(here["seed"].to_list())),
+        )
     return out
 
 
@@ -155,8 +176,11 @@ def with_retain(runs: pl.DataFrame, baselines: dict[str, Baseline], column: str 
         ratios = [pl.col(f"score.{t}") / base.scores[t] for t in base.tasks]
         retain = (pl.sum_horizontal(ratios) / len(ratios) * 100.0).alias(column)
         missing = pl.any_horizontal(r.is_null() for r in ratios)
-        parts.append(runs.filter(pl.col("backbone") == backbone)
-                     .with_columns(pl.when(missing).then(None).otherwise(retain).alias(column)))
+        parts.append(
+            runs.filter(pl.col("backbone") == backbone).with_columns(
+                pl.when(missing).then(None).otherwise(retain).alias(column)
+            )
+        )
     others = runs.filter(~pl.col("backbone").is_in(list(baselines)))
     others = others.with_columns(pl.lit(None, pl.Float64).alias(column))
     return pl.concat([*parts, others], how="vertical_relaxed")

@@ -7,6 +7,7 @@ null for a single seed. Paired differences compare two groups on the seeds they
 share (run minus reference, seed by seed), which removes seed-to-seed variation
 common to both.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,8 +62,11 @@ def summarize(runs: pl.DataFrame | pl.LazyFrame, metrics: list[str], keys=KEYS, 
     keys = _present(runs, keys)
     aggs = [pl.len().alias("n"), pl.col("seed").sort().alias("seeds")]
     for m in metrics:
-        aggs += [pl.col(m).mean().alias(f"{m}.mean"), pl.col(m).std().alias(f"{m}.std"),
-                 pl.col(m).count().alias(f"{m}.count")]
+        aggs += [
+            pl.col(m).mean().alias(f"{m}.mean"),
+            pl.col(m).std().alias(f"{m}.std"),
+            pl.col(m).count().alias(f"{m}.count"),
+        ]
     out = runs.lazy().group_by(list(keys)).agg(aggs).sort(list(keys), nulls_last=True).collect()
     counts = {c for m in metrics for c in out[f"{m}.count"].unique().to_list()}
     half = {n: t_quantile(level, n - 1) / math.sqrt(n) for n in counts if n and n > 1}
@@ -73,8 +77,9 @@ def summarize(runs: pl.DataFrame | pl.LazyFrame, metrics: list[str], keys=KEYS, 
     return out.with_columns(cols).drop([f"{m}.count" for m in metrics])
 
 
-def paired_differences(runs: pl.DataFrame, reference: pl.DataFrame, metrics: list[str], keys=KEYS,
-                       level: float = 0.95) -> pl.DataFrame:
+def paired_differences(
+    runs: pl.DataFrame, reference: pl.DataFrame, metrics: list[str], keys=KEYS, level: float = 0.95
+) -> pl.DataFrame:
     """Per group of ``runs``: statistics of (run − reference run of the same backbone and seed) over shared seeds.
 
     ``reference`` holds the runs of one reference group per backbone. ``n`` is the
@@ -83,11 +88,15 @@ def paired_differences(runs: pl.DataFrame, reference: pl.DataFrame, metrics: lis
     keys = _present(runs, keys)
     ref = reference.select("backbone", "seed", *(pl.col(m).alias(f"{m}.ref") for m in metrics))
     diffs = runs.join(ref, on=["backbone", "seed"], how="inner").with_columns(
-        (pl.col(m) - pl.col(f"{m}.ref")).alias(m) for m in metrics)
+        (pl.col(m) - pl.col(f"{m}.ref")).alias(m) for m in metrics
+    )
     stats = summarize(diffs.select(*keys, "seed", *metrics), metrics, keys, level)
     groups = runs.select(keys).unique()
-    return (groups.join(stats, on=list(keys), how="left", nulls_equal=True)
-            .with_columns(pl.col("n").fill_null(0)).sort(list(keys), nulls_last=True))
+    return (
+        groups.join(stats, on=list(keys), how="left", nulls_equal=True)
+        .with_columns(pl.col("n").fill_null(0))
+        .sort(list(keys), nulls_last=True)
+    )
 
 
 def _present(frame: pl.DataFrame | pl.LazyFrame, keys) -> list[str]:

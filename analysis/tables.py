@@ -19,6 +19,7 @@ rendering states the baseline and the task set; the CSV also carries the t
 confidence interval and the seeds, and the paired differences against the baseline
 over shared seeds.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,8 +31,19 @@ from analysis.load import KEYS
 from analysis.retain import Baseline, resolve_baselines, with_retain
 from analysis.stats import paired_differences, summarize
 
-HEADERS = {"backbone": "Backbone", "method": "Method", "variant": "Variant", "layer_set": "Layers",
-           "alpha": "α", "knob": "Knob", "memory_dim": "Memory dim", "avg": "Avg", "skip": "Skip %", "retain": "Retain %", "n": "n"}
+HEADERS = {
+    "backbone": "Backbone",
+    "method": "Method",
+    "variant": "Variant",
+    "layer_set": "Layers",
+    "alpha": "α",
+    "knob": "Knob",
+    "memory_dim": "Memory dim",
+    "avg": "Avg",
+    "skip": "Skip %",
+    "retain": "Retain %",
+    "n": "n",
+}
 PAIRED_METRICS = ("retain", "avg", "skip")
 
 
@@ -71,16 +83,20 @@ class Table:
 
     def caption(self) -> list[str]:
         """The lines naming the rows, the baseline and task set of every backbone."""
-        lines = [f"Table {self.spec.number} — {self.spec.title}. Rows: {self.spec.rows}.",
-                 *(b.describe(self.metrics) for b in self.baselines.values()),
-                 "Cells: mean ± std over seeds; task scores and skip ×100; skip is the realized parameter skip rate."]
+        lines = [
+            f"Table {self.spec.number} — {self.spec.title}. Rows: {self.spec.rows}.",
+            *(b.describe(self.metrics) for b in self.baselines.values()),
+            "Cells: mean ± std over seeds; task scores and skip ×100; skip is the realized parameter skip rate.",
+        ]
         return lines + self.notes
 
     def display(self) -> pl.DataFrame:
         """The table as strings, in the paper's layout: labels, tasks, Avg, Skip %, Retain %, n."""
         metrics = [f"score.{t}" for t in self.tasks] + ["avg", "skip", "retain"]
-        cols = [pl.col(c).map_elements(_fmt_label, return_dtype=pl.String).alias(HEADERS.get(c, c))
-                for c in ("backbone", *self.spec.labels)]
+        cols = [
+            pl.col(c).map_elements(_fmt_label, return_dtype=pl.String).alias(HEADERS.get(c, c))
+            for c in ("backbone", *self.spec.labels)
+        ]
         for m in metrics:
             cols.append(_cell(m).alias(HEADERS.get(m, m.removeprefix("score."))))
         return self.stats.select(*cols, pl.col("n").cast(pl.String))
@@ -103,18 +119,27 @@ class Table:
         return df.with_columns(
             pl.col("seeds").list.eval(pl.element().cast(pl.String)).list.join(" "),
             pl.col("backbone").replace_strict(base, default=None).alias("retain_baseline"),
-            pl.col("backbone").replace_strict(tasks, default=None).alias("task_set"))
+            pl.col("backbone").replace_strict(tasks, default=None).alias("task_set"),
+        )
 
     def to_markdown(self) -> str:
         df = self.display()
         lines = [f"**{self.caption()[0]}**", ""] + [f"- {line}" for line in self.caption()[1:]] + [""]
         lines += _pipe_table(df.columns, df.rows())
-        lines += ["", "Paired differences vs the baseline over shared seeds (run − baseline; mean ± std, "
-                      "n shared seeds): Δ Retain, Δ Avg, Δ Skip.", ""]
+        lines += [
+            "",
+            "Paired differences vs the baseline over shared seeds (run − baseline; mean ± std, "
+            "n shared seeds): Δ Retain, Δ Avg, Δ Skip.",
+            "",
+        ]
         paired = self.paired.select(
-            *(pl.col(c).map_elements(_fmt_label, return_dtype=pl.String).alias(HEADERS.get(c, c))
-              for c in ("backbone", *self.spec.labels)),
-            *(_cell(m).alias(f"Δ {HEADERS[m]}") for m in PAIRED_METRICS), pl.col("n").cast(pl.String))
+            *(
+                pl.col(c).map_elements(_fmt_label, return_dtype=pl.String).alias(HEADERS.get(c, c))
+                for c in ("backbone", *self.spec.labels)
+            ),
+            *(_cell(m).alias(f"Δ {HEADERS[m]}") for m in PAIRED_METRICS),
+            pl.col("n").cast(pl.String),
+        )
         lines += _pipe_table(paired.columns, paired.rows())
         return "\n".join(lines) + "\n"
 
@@ -123,11 +148,26 @@ class Table:
         caption = " ".join(_tex(line.rstrip(".") + ".") for line in self.caption())
         body = [" & ".join(_tex(v) for v in row) + r" \\" for row in df.rows()]
         n_labels = len(self.spec.labels) + 1
-        return "\n".join([r"\begin{table}[t]", r"\centering", r"\small",
-                          rf"\caption{{{caption}}}", rf"\label{{tab:{self.spec.stem}}}",
-                          rf"\begin{{tabular}}{{{'l' * n_labels}{'r' * (df.width - n_labels)}}}",
-                          r"\toprule", " & ".join(_tex(c) for c in df.columns) + r" \\", r"\midrule", *body,
-                          r"\bottomrule", r"\end{tabular}", r"\end{table}"]) + "\n"
+        return (
+            "\n".join(
+                [
+                    r"\begin{table}[t]",
+                    r"\centering",
+                    r"\small",
+                    rf"\caption{{{caption}}}",
+                    rf"\label{{tab:{self.spec.stem}}}",
+                    rf"\begin{{tabular}}{{{'l' * n_labels}{'r' * (df.width - n_labels)}}}",
+                    r"\toprule",
+                    " & ".join(_tex(c) for c in df.columns) + r" \\",
+                    r"\midrule",
+                    *body,
+                    r"\bottomrule",
+                    r"\end{tabular}",
+                    r"\end{table}",
+                ]
+            )
+            + "\n"
+        )
 
     def write(self, out: Path) -> list[Path]:
         """Write ``<stem>.md``, ``<stem>.csv``, ``<stem>.tex`` and ``<stem>_paired.csv`` under ``out``."""
@@ -144,8 +184,13 @@ def close_to(col: str, value: float) -> pl.Expr:
     return ((pl.col(col).cast(pl.Float64) - value).abs() <= 1e-9 * abs(value)).fill_null(False)
 
 
-def paper_tables(main_alpha: float = 1e-3, main_memory_dim: int = 64, main_layer_set: str = "second_half",
-                 baselines: dict[int, str] | None = None, main_target: float | None = None) -> list[TableSpec]:
+def paper_tables(
+    main_alpha: float = 1e-3,
+    main_memory_dim: int = 64,
+    main_layer_set: str = "second_half",
+    baselines: dict[int, str] | None = None,
+    main_target: float | None = None,
+) -> list[TableSpec]:
     """The four table specs for a main setting; ``baselines`` overrides the default selector of a table number.
 
     With ``main_target`` (a calibration target), Tables 1, 3 and 4 take the HeRo runs calibrated to that
@@ -160,21 +205,52 @@ def paper_tables(main_alpha: float = 1e-3, main_memory_dim: int = 64, main_layer
         at_main, point = close_to("calibration.target", main_target), f"α calibrated to {100 * main_target:g} % skip"
     main = f"{point}, memory_dim={main_memory_dim}, layer_set={main_layer_set}"
     return [
-        TableSpec(1, "main", "Main results", f"every non-HeRo method; full HeRo at {point}, "
-                  f"memory_dim={main_memory_dim}, every layer set", (~hero) | (full & at_main & at_dim),
-                  ("method", "variant", "layer_set", "alpha", "knob"), sel[1], "--baseline-table1"),
-        TableSpec(2, "alpha_sweep", "α sweep", f"full HeRo, memory_dim={main_memory_dim}, layer_set={main_layer_set}, "
-                  "one row per α", hero & full & at_dim & at_layers, ("alpha",), sel[2], "--baseline-table2"),
-        TableSpec(3, "ablations", "Ablations", f"HeRo variants at {main}", hero & at_main & at_dim & at_layers,
-                  ("variant",), sel[3], "--baseline-table3"),
-        TableSpec(4, "memory_dim", "Memory dimension", f"full HeRo, {point}, layer_set={main_layer_set}, "
-                  "one row per memory dim", hero & full & at_main & at_layers, ("memory_dim",), sel[4],
-                  "--baseline-table4"),
+        TableSpec(
+            1,
+            "main",
+            "Main results",
+            f"every non-HeRo method; full HeRo at {point}, memory_dim={main_memory_dim}, every layer set",
+            (~hero) | (full & at_main & at_dim),
+            ("method", "variant", "layer_set", "alpha", "knob"),
+            sel[1],
+            "--baseline-table1",
+        ),
+        TableSpec(
+            2,
+            "alpha_sweep",
+            "α sweep",
+            f"full HeRo, memory_dim={main_memory_dim}, layer_set={main_layer_set}, one row per α",
+            hero & full & at_dim & at_layers,
+            ("alpha",),
+            sel[2],
+            "--baseline-table2",
+        ),
+        TableSpec(
+            3,
+            "ablations",
+            "Ablations",
+            f"HeRo variants at {main}",
+            hero & at_main & at_dim & at_layers,
+            ("variant",),
+            sel[3],
+            "--baseline-table3",
+        ),
+        TableSpec(
+            4,
+            "memory_dim",
+            "Memory dimension",
+            f"full HeRo, {point}, layer_set={main_layer_set}, one row per memory dim",
+            hero & full & at_main & at_layers,
+            ("memory_dim",),
+            sel[4],
+            "--baseline-table4",
+        ),
     ]
 
 
-def build_table(runs: pl.DataFrame, spec: TableSpec, metrics: dict[str, str], tasks: list[str] | None = None,
-                level: float = 0.95) -> Table | None:
+def build_table(
+    runs: pl.DataFrame, spec: TableSpec, metrics: dict[str, str], tasks: list[str] | None = None, level: float = 0.95
+) -> Table | None:
     """Build ``spec`` from per-run rows (``Runs.records`` collected); ``None`` if no scored run matches its rows.
 
     Raises ``BaselineError`` when the baseline selector does not pick one group per backbone.
@@ -184,8 +260,9 @@ def build_table(runs: pl.DataFrame, spec: TableSpec, metrics: dict[str, str], ta
         return None
     baselines = resolve_baselines(rows, spec.baseline, spec.option, metrics, tasks)
     rows = with_retain(rows, baselines)
-    rows = pl.concat([_with_avg(rows.filter(pl.col("backbone") == b), base) for b, base in baselines.items()],
-                     how="vertical_relaxed")
+    rows = pl.concat(
+        [_with_avg(rows.filter(pl.col("backbone") == b), base) for b, base in baselines.items()], how="vertical_relaxed"
+    )
     task_cols = list(dict.fromkeys(f"score.{t}" for b in baselines.values() for t in b.tasks))
     rows = rows.with_columns(*(pl.col(c) * 100.0 for c in task_cols), (pl.col("skip.param_rate") * 100.0).alias("skip"))
     values = [*task_cols, "avg", "skip", "retain"]
@@ -222,9 +299,13 @@ def _in_group(group: dict) -> pl.Expr:
 
 def _cell(metric: str) -> pl.Expr:
     mean, std = pl.col(f"{metric}.mean"), pl.col(f"{metric}.std")
-    return (pl.when(mean.is_null()).then(pl.lit("–"))
-            .when(std.is_null()).then(_two(mean))
-            .otherwise(pl.format("{} ± {}", _two(mean), _two(std))))
+    return (
+        pl.when(mean.is_null())
+        .then(pl.lit("–"))
+        .when(std.is_null())
+        .then(_two(mean))
+        .otherwise(pl.format("{} ± {}", _two(mean), _two(std)))
+    )
 
 
 def _two(expr: pl.Expr) -> pl.Expr:
@@ -242,8 +323,18 @@ def _pipe_table(header: list[str], rows: list[tuple]) -> list[str]:
 
 def _tex(text) -> str:
     text = str(text)
-    for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
-                 ("±", r"$\pm$"), ("×", r"$\times$"), ("α", r"$\alpha$"), ("Δ", r"$\Delta$"),
-                 ("—", "---"), ("–", "--")):
+    for a, b in (
+        ("\\", r"\textbackslash{}"),
+        ("&", r"\&"),
+        ("%", r"\%"),
+        ("_", r"\_"),
+        ("#", r"\#"),
+        ("±", r"$\pm$"),
+        ("×", r"$\times$"),
+        ("α", r"$\alpha$"),
+        ("Δ", r"$\Delta$"),
+        ("—", "---"),
+        ("–", "--"),
+    ):
         text = text.replace(a, b)
     return text

@@ -3,6 +3,7 @@
 The public names below load on first use (PEP 562), so ``import hero.results`` or the
 dispatch CLI (``python -m hero.dispatch status``) does not import torch.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -10,8 +11,19 @@ import importlib
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "hero.model": ("HeRoConfigError", "RouterConfig", "attach", "detach", "forced_routing", "last_records",
-                   "load_router", "routed_blocks", "routing_trace", "save_router", "trainable_parameters"),
+    "hero.model": (
+        "HeRoConfigError",
+        "RouterConfig",
+        "attach",
+        "detach",
+        "forced_routing",
+        "last_records",
+        "load_router",
+        "routed_blocks",
+        "routing_trace",
+        "save_router",
+        "trainable_parameters",
+    ),
     "hero.objectives": ("SkipMeter", "prediction_positions", "skip_loss"),
 }
 _HOME = {name: module for module, names in _PUBLIC.items() for name in names}

@@ -39,6 +39,7 @@ MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2``, which reproduces an AVX2
 machine's build bit for bit on an AVX-512 machine. On a machine without AVX-512 the two
 are the same: use more recipe seeds instead.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,10 @@ from pathlib import Path
 
 from hero.testbed.tasks import CHANCE, CHANCE_MARGIN, RETAIN_TASKS, TASK_PRIMARY_METRIC
 
-ISA_ENV = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-                                  "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+ISA_ENV = {
+    "native": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
 # Token types whose loss rises without the routable FFNs on every audited build (fact answers do not: on some
 # builds the second half's FFNs raise the loss of held-out-phrasing answers).
 TOKEN_TYPE_CLAIM = ("plain", "arith_answer")
@@ -77,16 +80,28 @@ def build_name(isa: str, recipe_seed: int) -> str:
     return f"{isa}-{recipe_seed}"
 
 
-def run_build(isa: str, recipe_seed: int, cache_root: Path, outputs: Path, hero_seeds, extra: list[str],
-              only: list[str] | None = None) -> None:
+def run_build(
+    isa: str,
+    recipe_seed: int,
+    cache_root: Path,
+    outputs: Path,
+    hero_seeds,
+    extra: list[str],
+    only: list[str] | None = None,
+) -> None:
     """Worker (run under the instruction set's environment): build the testbed and run every job on it."""
     from hydra import compose, initialize_config_dir
 
     from hero.pipeline import run
 
     root = outputs / build_name(isa, recipe_seed)
-    common = [f"model.recipe_seed={recipe_seed}", f"paths.cache={cache_root / isa}", f"paths.root={root}",
-              "logger=none", "trainer.progress=false"]
+    common = [
+        f"model.recipe_seed={recipe_seed}",
+        f"paths.cache={cache_root / isa}",
+        f"paths.root={root}",
+        "logger=none",
+        "trainer.progress=false",
+    ]
     for name, overrides in jobs(hero_seeds, only).items():
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             cfg = compose(config_name="train", overrides=[*common, *overrides, *extra])
@@ -104,19 +119,27 @@ def _retain(scores: dict, baseline: dict, primary: dict[str, str]) -> tuple[floa
 
 def summarize_build(root: Path, hero_seeds) -> dict:
     """Properties of one build from its records and its testbed manifest; a claim whose jobs have not run is None."""
-    records = {name: json.loads((root / name / "results.json").read_text()) for name in jobs(hero_seeds)
-               if (root / name / "results.json").is_file()}
+    records = {
+        name: json.loads((root / name / "results.json").read_text())
+        for name in jobs(hero_seeds)
+        if (root / name / "results.json").is_file()
+    }
     dense = records["dense"]
     primary = {t: TASK_PRIMARY_METRIC[t] for t in RETAIN_TASKS}
     base = dense["eval"]
     retain = {name: _retain(r["eval"], base, primary) for name, r in records.items() if name != "dense"}
-    hero = [retain[f"hero_s{s}"][0] for s in hero_seeds if f"hero_s{s}" in retain and retain[f"hero_s{s}"][0] is not None]
+    hero = [
+        retain[f"hero_s{s}"][0] for s in hero_seeds if f"hero_s{s}" in retain and retain[f"hero_s{s}"][0] is not None
+    ]
     types = _manifest(dense)["token_type_losses"]
     drop = retain.get("drop_routable_ffn", (None,))[0]
     drop_loss = 100.0 - drop if drop is not None else None
     no_skip = [retain[n][0] for n in ("lora", "hero_alpha0") if n in retain and retain[n][0] is not None]
-    vs_lora = {name: _retain(records[name]["eval"], records["lora"]["eval"], primary)[0]
-               for name in records if name.startswith("hero_s") and "lora" in records}
+    vs_lora = {
+        name: _retain(records[name]["eval"], records["lora"]["eval"], primary)[0]
+        for name in records
+        if name.startswith("hero_s") and "lora" in records
+    }
     out = {
         "dense": {t: base[t][m] for t, m in primary.items()},
         "chance": {t: CHANCE[t] for t in primary},
@@ -128,8 +151,11 @@ def summarize_build(root: Path, hero_seeds) -> dict:
         "hero_std": statistics.stdev(hero) if len(hero) == len(hero_seeds) > 1 else None,
         "drop_loss": drop_loss,
         "token_type_losses": types,
-        "diagnostics": {t: {name: r["eval"][t][m] for name, r in records.items()}
-                        for t, m in TASK_PRIMARY_METRIC.items() if t not in RETAIN_TASKS},
+        "diagnostics": {
+            t: {name: r["eval"][t][m] for name, r in records.items()}
+            for t, m in TASK_PRIMARY_METRIC.items()
+            if t not in RETAIN_TASKS
+        },
     }
     complete_no_skip = len(no_skip) == 2
     spread = max(2.0, *(abs(v - 100.0) for v in no_skip)) if complete_no_skip else None
@@ -166,20 +192,36 @@ def table(builds: dict[str, dict]) -> str:
     first = next(iter(builds.values()))
     tasks = list(first["dense"])
     claims = list(first["claims"])
-    head = ["build", *(f"dense {t} (chance)" for t in tasks), "drop Retain", "lora Retain", "α=0 Retain",
-            "HeRo Retain s42/43/44", "HeRo mean ± std", "HeRo skip %", "HeRo vs LoRA (mean)", *claims]
+    head = [
+        "build",
+        *(f"dense {t} (chance)" for t in tasks),
+        "drop Retain",
+        "lora Retain",
+        "α=0 Retain",
+        "HeRo Retain s42/43/44",
+        "HeRo mean ± std",
+        "HeRo skip %",
+        "HeRo vs LoRA (mean)",
+        *claims,
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, b in builds.items():
         hero = [v for k, v in b["retain"].items() if k.startswith("hero_s")]
         skips = [100 * v for k, v in b["skip"].items() if k.startswith("hero_s")]
-        row = [name, *(f"{b['dense'][t]:.3g} ({b['chance'][t]:.2g})" for t in tasks),
-               _fmt(b["retain"].get("drop_routable_ffn")), _fmt(b["retain"].get("lora")),
-               _fmt(b["retain"].get("hero_alpha0")), " / ".join(_fmt(v) for v in hero) or "–",
-               f"{_fmt(b['hero_mean'])} ± {_fmt(b['hero_std'])}",
-               f"{min(skips):.1f}–{max(skips):.1f}" if skips else "–",
-               _fmt(statistics.mean(vs)) if (vs := [v for v in b.get("retain_vs_lora", {}).values() if v is not None])
-               else "–",
-               *({True: "yes", False: "**no**", None: "–"}[b["claims"][c]] for c in claims)]
+        row = [
+            name,
+            *(f"{b['dense'][t]:.3g} ({b['chance'][t]:.2g})" for t in tasks),
+            _fmt(b["retain"].get("drop_routable_ffn")),
+            _fmt(b["retain"].get("lora")),
+            _fmt(b["retain"].get("hero_alpha0")),
+            " / ".join(_fmt(v) for v in hero) or "–",
+            f"{_fmt(b['hero_mean'])} ± {_fmt(b['hero_std'])}",
+            f"{min(skips):.1f}–{max(skips):.1f}" if skips else "–",
+            _fmt(statistics.mean(vs))
+            if (vs := [v for v in b.get("retain_vs_lora", {}).values() if v is not None])
+            else "–",
+            *({True: "yes", False: "**no**", None: "–"}[b["claims"][c]] for c in claims),
+        ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -192,8 +234,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="where audit.json and audit.md go")
     parser.add_argument("--outputs", default=None, help="run records (default: <out>/runs)")
     parser.add_argument("--cache-root", default=None, help="testbed builds, one folder per ISA (default: <out>/cache)")
-    parser.add_argument("--jobs", default=None, help="run only these jobs (comma-separated names, e.g. "
-                        "dense,drop_routable_ffn); the table shows what has been measured")
+    parser.add_argument(
+        "--jobs",
+        default=None,
+        help="run only these jobs (comma-separated names, e.g. "
+        "dense,drop_routable_ffn); the table shows what has been measured",
+    )
     parser.add_argument("--report-only", action="store_true", help="tabulate the records already there, run nothing")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="train.py overrides for every job (e.g. trainer.max_steps=50)")
@@ -221,9 +267,26 @@ def main(argv=None) -> int:
     for isa in isas:
         for seed in recipe_seeds:
             env = {**os.environ, **ISA_ENV[isa]}
-            cmd = [sys.executable, "-m", "hero.audit", "--worker", "--isa", isa, "--recipe-seeds", str(seed),
-                   "--seeds", args.seeds, "--out", str(out), "--outputs", str(outputs), "--cache-root", str(cache),
-                   *(["--jobs", args.jobs] if args.jobs else []), *args.overrides]
+            cmd = [
+                sys.executable,
+                "-m",
+                "hero.audit",
+                "--worker",
+                "--isa",
+                isa,
+                "--recipe-seeds",
+                str(seed),
+                "--seeds",
+                args.seeds,
+                "--out",
+                str(out),
+                "--outputs",
+                str(outputs),
+                "--cache-root",
+                str(cache),
+                *(["--jobs", args.jobs] if args.jobs else []),
+                *args.overrides,
+            ]
             if not args.report_only:
                 subprocess.run(cmd, env=env, check=True)
             builds[build_name(isa, seed)] = summarize_build(outputs / build_name(isa, seed), hero_seeds)

@@ -9,6 +9,7 @@ compute nodes, a gated or unknown repo) fails at load with one line naming what 
 tried and how to point ``model.path`` (or the environment variable named in the model
 config, e.g. ``HERO_LLAMA3_1_8B``) at a local copy.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
 from hero.bed import Bed
 from hero.errors import ConfigError
 from hero.smollm2 import SmolLM2Bed
 from hero.testbed import Testbed
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BEDS: dict[str, type[Bed]] = {bed.name: bed for bed in (Testbed, SmolLM2Bed)}
@@ -51,8 +53,10 @@ def check(model_cfg) -> None:
         BEDS[model_cfg.source].check(model_cfg)
     path = str(model_cfg.path) if model_cfg.source == "hf" else ""
     if path.startswith(("/", "./", "../", "~")) and not Path(path).expanduser().is_dir():
-        raise BackboneError(f"model.path={path!r}: no such directory (a local copy of model={model_cfg.name} "
-                            "in Hugging Face format, or a hub id such as meta-llama/Llama-3.1-8B)")
+        raise BackboneError(
+            f"model.path={path!r}: no such directory (a local copy of model={model_cfg.name} "
+            "in Hugging Face format, or a hub id such as meta-llama/Llama-3.1-8B)"
+        )
 
 
 def bed(model_cfg, cache_root: str | None = None) -> Bed | None:
@@ -88,9 +92,11 @@ def _from_hub(load_fn, path: str, model_cfg, **kwargs):
         env = path_env(model_cfg)
         fix = "model.path=/local/copy" + (f" or export {env}=/local/copy" if env else "")
         reason = " ".join(str(err).split()).split(". ")[0]
-        raise BackboneError(f"model={model_cfg.name}: cannot load {path!r} ({reason}); on a machine without network "
-                            f"(e.g. a SLURM compute node) point it at a local copy in Hugging Face format: "
-                            f"{fix}") from None
+        raise BackboneError(
+            f"model={model_cfg.name}: cannot load {path!r} ({reason}); on a machine without network "
+            f"(e.g. a SLURM compute node) point it at a local copy in Hugging Face format: "
+            f"{fix}"
+        ) from None
 
 
 def num_layers(model_cfg, bed=None) -> int:

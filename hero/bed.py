@@ -13,6 +13,7 @@ today. ``model.source`` names the bed (``hero.backbones.BEDS``); a hub backbone
 Adding a bed is one module with a class that satisfies ``Bed`` (registered in
 ``hero.backbones.BEDS``) and its config files (``conf/model``, ``conf/data``, ``conf/eval``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -23,12 +24,12 @@ import torch
 
 
 class Bed(Protocol):
-    name: ClassVar[str]                    # the model.source that selects this bed
-    data_source: ClassVar[str]             # the data.source of the conversations it generates
-    suite: ClassVar[str]                   # the eval.suite of its tasks
-    tasks: ClassVar[tuple[str, ...]]       # the task names its suite may list
+    name: ClassVar[str]  # the model.source that selects this bed
+    data_source: ClassVar[str]  # the data.source of the conversations it generates
+    suite: ClassVar[str]  # the eval.suite of its tasks
+    tasks: ClassVar[tuple[str, ...]]  # the task names its suite may list
     token_classes: ClassVar[tuple[str, ...]]  # the classes token_class_batches labels tokens with
-    backbone_dir: Path                     # a Hugging Face model directory (weights, config, tokenizer)
+    backbone_dir: Path  # a Hugging Face model directory (weights, config, tokenizer)
 
     @classmethod
     def check(cls, model_cfg) -> None:
@@ -51,6 +52,7 @@ class Bed(Protocol):
     def task_manager(self, tokenizer, tasks: list[str], workdir: Path):
         """An lm-eval TaskManager that knows this bed's local tasks (data written to ``workdir`` if needed)."""
 
-    def token_class_batches(self, tokenizer, batch_size: int
-                            ) -> Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def token_class_batches(
+        self, tokenizer, batch_size: int
+    ) -> Iterable[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """(input_ids, attention_mask, class index) batches of held-out sequences; class −1 on padding."""

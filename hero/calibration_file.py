@@ -21,6 +21,7 @@ response (backbone, layer set, method, router, data, trainer recipe). A lookup m
 the key AND the setup, so an α calibrated for one router or recipe is never used for
 another; the error then names the keys that differ.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -36,8 +37,15 @@ from hero.results import now_iso, read_record, write_atomic
 
 SCHEMA_VERSION = 1
 # Trainer keys that do not change what an α does (length is calibrated separately via trial_fraction).
-TRAINER_RUN_KEYS = ("max_steps", "epochs", "progress", "checkpoint_every", "keep_checkpoints", "log_every",
-                    "num_threads")
+TRAINER_RUN_KEYS = (
+    "max_steps",
+    "epochs",
+    "progress",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "log_every",
+    "num_threads",
+)
 
 
 class CalibrationLookupError(ConfigError):
@@ -67,11 +75,17 @@ def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if k not in TRAINER_RUN_KEYS}
     method = cfg.method.name
     if knob_key != "alpha":
-        method = {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items()
-                  if f"method.{k}" != knob_key}
-    return {"model": OmegaConf.to_container(cfg.model, resolve=True), "layers": layer_key(cfg),
-            "method": method, "router": OmegaConf.to_container(cfg.router, resolve=True),
-            "data": OmegaConf.to_container(cfg.data, resolve=True), "trainer": trainer}
+        method = {
+            k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items() if f"method.{k}" != knob_key
+        }
+    return {
+        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        "layers": layer_key(cfg),
+        "method": method,
+        "router": OmegaConf.to_container(cfg.router, resolve=True),
+        "data": OmegaConf.to_container(cfg.data, resolve=True),
+        "trainer": trainer,
+    }
 
 
 def setup_hash(setup: dict) -> str:
@@ -96,13 +110,19 @@ def read_entries(path: str | Path) -> list[dict]:
         return []
     data = read_record(path)
     if data.get("schema_version") != SCHEMA_VERSION:
-        raise CalibrationLookupError(f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        raise CalibrationLookupError(
+            f"{path}: schema_version {data.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+        )
     return list(data["entries"])
 
 
 def _same_key(a: dict, b: dict) -> bool:
-    return (a["backbone"], a["layer_set"], a["variant"], target_key(a["target_skip"])) == \
-        (b["backbone"], b["layer_set"], b["variant"], target_key(b["target_skip"]))
+    return (a["backbone"], a["layer_set"], a["variant"], target_key(a["target_skip"])) == (
+        b["backbone"],
+        b["layer_set"],
+        b["variant"],
+        target_key(b["target_skip"]),
+    )
 
 
 def write_entry(path: str | Path, entry: dict) -> Path:
@@ -114,8 +134,9 @@ def write_entry(path: str | Path, entry: dict) -> Path:
         return write_atomic(path, {"schema_version": SCHEMA_VERSION, "entries": [*kept, entry]})
 
 
-def finished_entry(path: str | Path, key: dict, setup_hash_: str, seed: int, trial_steps: int,
-                   tolerance: float) -> dict | None:
+def finished_entry(
+    path: str | Path, key: dict, setup_hash_: str, seed: int, trial_steps: int, tolerance: float
+) -> dict | None:
     """The entry that makes calibrating ``key`` again unnecessary, or None.
 
     It must match the key (backbone, layer set, variant, target), the setup, the seed and the trial
@@ -123,8 +144,13 @@ def finished_entry(path: str | Path, key: dict, setup_hash_: str, seed: int, tri
     keeps what the committed file already holds instead of training its trials again.
     """
     for entry in reversed(read_entries(path)):
-        if (_same_key(entry, key) and entry["setup_hash"] == setup_hash_ and entry["seed"] == seed
-                and entry["trial_steps"] == trial_steps and entry["abs_error"] <= tolerance):
+        if (
+            _same_key(entry, key)
+            and entry["setup_hash"] == setup_hash_
+            and entry["seed"] == seed
+            and entry["trial_steps"] == trial_steps
+            and entry["abs_error"] <= tolerance
+        ):
             return entry
     return None
 
@@ -159,17 +185,21 @@ def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     if not matches:
         hero = knob_key == "alpha"
         command = f"ablation={cfg.variant}" if hero else f"method={cfg.method.name}"
-        raise CalibrationLookupError(f"{knob_key}=calibrated: {path} has no {'α' if hero else 'value'} for "
-                                     f"{what}; it holds: {_describe(entries)} "
-                                     f"(python calibrate.py {command} target_skip={target:g} adds it)")
+        raise CalibrationLookupError(
+            f"{knob_key}=calibrated: {path} has no {'α' if hero else 'value'} for "
+            f"{what}; it holds: {_describe(entries)} "
+            f"(python calibrate.py {command} target_skip={target:g} adds it)"
+        )
     setup = setup_of(cfg, knob_key)
     for entry in matches:
         if entry["setup_hash"] == setup_hash(setup):
             return entry
     diff = _differences(setup, matches[-1]["setup"])
     value = "α" if knob_key == "alpha" else "value"
-    raise CalibrationLookupError(f"{knob_key}=calibrated: the {value} for {what} in {path} was calibrated "
-                                 f"with a different setup: {', '.join(diff[:4])}")
+    raise CalibrationLookupError(
+        f"{knob_key}=calibrated: the {value} for {what} in {path} was calibrated "
+        f"with a different setup: {', '.join(diff[:4])}"
+    )
 
 
 def calibrated_knob(cfg: DictConfig, knob_key: str) -> float:
@@ -192,12 +222,23 @@ def transfer_report(cfg: DictConfig, realized: float, knob_key: str | None = "al
     target = float(entry["target_skip"])
     name = entry.get("knob", "alpha")
     value = entry["alpha"] if name == "alpha" else entry["value"]
-    report = {"target": target, name: value, "calibrated_skip": entry["realized_skip"],
-              "realized_skip": realized, "deviation": realized - target, "tolerance": entry["tolerance"],
-              "within_tolerance": abs(realized - target) <= entry["tolerance"], "study": entry["study"],
-              "trial_steps": entry["trial_steps"], "file": str(cfg.calibration.file)}
+    report = {
+        "target": target,
+        name: value,
+        "calibrated_skip": entry["realized_skip"],
+        "realized_skip": realized,
+        "deviation": realized - target,
+        "tolerance": entry["tolerance"],
+        "within_tolerance": abs(realized - target) <= entry["tolerance"],
+        "study": entry["study"],
+        "trial_steps": entry["trial_steps"],
+        "file": str(cfg.calibration.file),
+    }
     verdict = "within" if report["within_tolerance"] else "OUTSIDE"
-    print(f"calibration: realized skip {realized:.4f} vs target {target:.4f} ({100 * (realized - target):+.2f} pp, "
-          f"{verdict} ±{100 * entry['tolerance']:.2f} pp); {'α' if name == 'alpha' else name}={value:.4g} gave {entry['realized_skip']:.4f} "
-          f"in {entry['trial_steps']}-step trials (study {entry['study']})", flush=True)
+    print(
+        f"calibration: realized skip {realized:.4f} vs target {target:.4f} ({100 * (realized - target):+.2f} pp, "
+        f"{verdict} ±{100 * entry['tolerance']:.2f} pp); {'α' if name == 'alpha' else name}={value:.4g} gave {entry['realized_skip']:.4f} "
+        f"in {entry['trial_steps']}-step trials (study {entry['study']})",
+        flush=True,
+    )
     return report

@@ -6,6 +6,7 @@ Rank 0 (``is_main_process``) is the one process that writes checkpoints, records
 gradients of the trainable tensors are summed or averaged in one flat buffer
 (``allreduce_gradients``); the frozen backbone has none. Single process: every helper is a no-op.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -13,7 +14,8 @@ import logging
 import os
 import re
 import subprocess
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -105,8 +107,14 @@ def init_distributed(backend: str | None = None, timeout_s: float = 600.0) -> tu
     dist.init_process_group(
         backend, init_method="env://", rank=rank, world_size=world, timeout=_dt.timedelta(seconds=timeout_s)
     )
-    log.info("joined process group: rank %d of %d (%s, master %s:%s)", rank, world, backend,
-             denv["MASTER_ADDR"], denv["MASTER_PORT"])
+    log.info(
+        "joined process group: rank %d of %d (%s, master %s:%s)",
+        rank,
+        world,
+        backend,
+        denv["MASTER_ADDR"],
+        denv["MASTER_PORT"],
+    )
     return rank, world
 
 
@@ -177,7 +185,7 @@ def allreduce_gradients(parameters: Iterable[Any], average: bool = True) -> None
     offset = 0
     for p in params:
         n = p.grad.numel()
-        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
         offset += n
 
 

@@ -1,4 +1,5 @@
 """JSON Lines files: one JSON object per line, UTF-8 (task files, SFT data, typed sequences)."""
+
 from __future__ import annotations
 
 import json

@@ -1,7 +1,8 @@
 """The skip objective (eq 17–18) and the realized parameter skip rate (HERO_SPEC §7)."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -109,12 +110,18 @@ class SkipMeter:
         """The ``skip`` section of the run record."""
         per_token = torch.cat(self.per_token) if self.per_token else torch.zeros(0, dtype=torch.float64)
         ceiling = sum(self.ffn_params.values()) / self.total_params
-        counts = torch.histc(per_token.float(), bins=HISTOGRAM_BINS, min=0.0, max=ceiling) if self.tokens else torch.zeros(HISTOGRAM_BINS)
+        counts = (
+            torch.histc(per_token.float(), bins=HISTOGRAM_BINS, min=0.0, max=ceiling)
+            if self.tokens
+            else torch.zeros(HISTOGRAM_BINS)
+        )
         edges = torch.linspace(0.0, ceiling, HISTOGRAM_BINS + 1)
         quantiles = torch.quantile(per_token, torch.tensor(QUANTILES, dtype=torch.float64)) if self.tokens else None
         n = max(self.tokens, 1)
-        executed_gate = {str(layer): float(s / c) if c else None
-                         for layer, s, c in zip(self.layers, self.executed_gate_sums, self.ffn_counts)}
+        executed_gate = {
+            str(layer): float(s / c) if c else None
+            for layer, s, c in zip(self.layers, self.executed_gate_sums, self.ffn_counts)
+        }
         calls = self.tokens * len(self.layers)
         return {
             "param_rate": self.param_rate,

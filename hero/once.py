@@ -5,6 +5,7 @@ Parallel jobs asking for the same directory serialise on an exclusive ``fcntl`` 
 holds its marker file is always complete, so an interrupted build leaves nothing behind
 that a later run would mistake for a result.
 """
+
 from __future__ import annotations
 
 import fcntl

@@ -11,6 +11,7 @@ the run directory and indexed under ``<paths.root>/index/<config_hash>.json``
 is also written once per backbone × suite as a record under ``<paths.root>/baselines/``
 (``write_baseline_record``). Several ranks: ``hero.distributed``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,8 +32,8 @@ from hero.data import SFTDataset, collate, load_conversations, tokenize_conversa
 from hero.data.sft import check_data
 from hero.distributed import init_distributed, world
 from hero.errors import ConfigError
-from hero.evaluation import check_config as check_eval_config
 from hero.evaluation import RetainError, evaluate_suite, retain, suite_fingerprint
+from hero.evaluation import check_config as check_eval_config
 from hero.evaluation.routing import wandb_gate_histograms
 from hero.model import RouterConfig
 from hero.model.attach import LAYER_SETS, resolve_layers
@@ -62,7 +63,9 @@ def validate(cfg: DictConfig) -> None:
     if cfg.layers.name not in (*LAYER_SETS, "explicit"):
         raise PipelineConfigError(f"layers={cfg.layers.name!r}: allowed are {', '.join(LAYER_SETS)}, explicit")
     if cfg.layers.name == "explicit" and not OmegaConf.is_list(cfg.layers.indices):
-        raise PipelineConfigError(f"layers.indices={cfg.layers.indices!r}: layers=explicit needs a list such as [4,5,6,7]")
+        raise PipelineConfigError(
+            f"layers.indices={cfg.layers.indices!r}: layers=explicit needs a list such as [4,5,6,7]"
+        )
     backbones.check(cfg.model)
     _check_bed_pairing(cfg)
     check_data(cfg.data)
@@ -82,8 +85,10 @@ def _check_bed_pairing(cfg: DictConfig) -> None:
         makers = [bed for bed in BEDS.values() if getattr(bed, kind) == value]
         if makers and own not in makers:
             pairs = ", ".join(f"{key}={getattr(bed, kind)} with model.source={bed.name}" for bed in BEDS.values())
-            raise PipelineConfigError(f"{key}={cfg[key].get('name', value)} with model={cfg.model.name}: a bed's data "
-                                      f"and suite go with its own backbone ({pairs})")
+            raise PipelineConfigError(
+                f"{key}={cfg[key].get('name', value)} with model={cfg.model.name}: a bed's data "
+                f"and suite go with its own backbone ({pairs})"
+            )
 
 
 def layer_spec(cfg: DictConfig):
@@ -138,8 +143,14 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
             record = _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker, rank)
         except Exception as err:
             if rank == 0:
-                failed = _identity(cfg, resolved, chash, status="failed", config=resolved,
-                                   error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+                failed = _identity(
+                    cfg,
+                    resolved,
+                    chash,
+                    status="failed",
+                    config=resolved,
+                    error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                )
                 failed.wall_time_s = time.time() - start
                 write_index(root, chash, "failed", run_dir, record=failed.write(run_dir / RESULTS_FILENAME))
             raise
@@ -155,33 +166,60 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
 
 def _identity(cfg: DictConfig, resolved: dict, chash: str, **fields) -> RunRecord:
     """The record's fields that name the run (method, variant, backbone, seed, α, layers, hash)."""
-    return RunRecord(method=cfg.method.name, variant=cfg.variant, backbone=cfg.model.name, seed=cfg.seed,
-                     alpha=resolved.get("alpha"), layer_set=cfg.layers.name, memory_dim=cfg.router.memory_dim,
-                     config_hash=chash, **fields)
+    return RunRecord(
+        method=cfg.method.name,
+        variant=cfg.variant,
+        backbone=cfg.model.name,
+        seed=cfg.seed,
+        alpha=resolved.get("alpha"),
+        layer_set=cfg.layers.name,
+        memory_dim=cfg.router.memory_dim,
+        config_hash=chash,
+        **fields,
+    )
 
 
 def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker, rank) -> RunRecord:
     """prepare → train → save → evaluate → routing statistics, the same for every method (``hero.methods``)."""
     method = methods.get(cfg.method.name)
     tokenizer = backbone.tokenizer
-    baseline = dense_baseline(cfg, backbone, str(cfg.paths.cache), bed) \
-        if cfg.eval.suite != "none" and not method.reference else None
+    baseline = (
+        dense_baseline(cfg, backbone, str(cfg.paths.cache), bed)
+        if cfg.eval.suite != "none" and not method.reference
+        else None
+    )
     seed_everything(cfg.seed)
     prepared = method.prepare(cfg, backbone.model, tokenizer, layers, bed, resolved["alpha"])
     summary = None
     if prepared.trains:
-        dataset = SFTDataset(load_conversations(cfg.data, bed), tokenizer, cfg.data.max_length,
-                             cfg.data.assistant_only_loss)
-        summary = fit(prepared.model, dataset, cfg.trainer, prepared.weight, cfg.seed, root / "checkpoints" / chash,
-                      on_log=lambda m: tracker.log({f"train/{k}": v for k, v in m.items() if k != "step"}, step=m["step"]),
-                      routed=prepared.routed, regularizer=prepared.regularizer)
+        dataset = SFTDataset(
+            load_conversations(cfg.data, bed), tokenizer, cfg.data.max_length, cfg.data.assistant_only_loss
+        )
+        summary = fit(
+            prepared.model,
+            dataset,
+            cfg.trainer,
+            prepared.weight,
+            cfg.seed,
+            root / "checkpoints" / chash,
+            on_log=lambda m: tracker.log({f"train/{k}": v for k, v in m.items() if k != "step"}, step=m["step"]),
+            routed=prepared.routed,
+            regularizer=prepared.regularizer,
+        )
         if rank == 0:
             method.save(prepared, Path(run_dir))
-    record = _identity(cfg, resolved, chash, status="completed", config=resolved, routable_layers=layers,
-                       bed=bed.provenance() if bed is not None else None,
-                       router=OmegaConf.to_container(cfg.router, resolve=True),
-                       router_params=getattr(prepared.model, "hero_param_counts", None),
-                       train=summary.as_record() if summary else None)
+    record = _identity(
+        cfg,
+        resolved,
+        chash,
+        status="completed",
+        config=resolved,
+        routable_layers=layers,
+        bed=bed.provenance() if bed is not None else None,
+        router=OmegaConf.to_container(cfg.router, resolve=True),
+        router_params=getattr(prepared.model, "hero_param_counts", None),
+        train=summary.as_record() if summary else None,
+    )
     score(cfg, method, prepared, record, baseline, backbone, bed, layers, root, rank)
     if prepared.calibrated:
         record.calibration = transfer_report(cfg, record.skip["param_rate"], method.knob_key)
@@ -205,8 +243,9 @@ def score(cfg, method, prepared, record: RunRecord, baseline, backbone, bed, lay
         record.baseline, record.knob = prepared.record, prepared.record["knob"]["value"]
         record.knob_name = prepared.record["knob"]["name"]
     record.retain = _retain(cfg, method, record.eval, record.eval_meta, baseline)
-    record.skip, record.rho = method.statistics(prepared, lambda: _routing_batches(cfg, tokenizer, bed),
-                                                bed.token_classes if bed is not None else None)
+    record.skip, record.rho = method.statistics(
+        prepared, lambda: _routing_batches(cfg, tokenizer, bed), bed.token_classes if bed is not None else None
+    )
 
 
 def _routing_batches(cfg, tokenizer, bed):
@@ -215,8 +254,10 @@ def _routing_batches(cfg, tokenizer, bed):
         return bed.token_class_batches(tokenizer, batch_size=cfg.eval.batch_size)
     conversations = load_conversations(cfg.data, bed, split="validation")[:64]
     items = [tokenize_conversation(tokenizer, c, cfg.data.max_length) for c in conversations]
-    return [(b["input_ids"], b["attention_mask"]) for b in
-            (collate(items[i: i + 8], tokenizer.pad_token_id) for i in range(0, len(items), 8))]
+    return [
+        (b["input_ids"], b["attention_mask"])
+        for b in (collate(items[i : i + 8], tokenizer.pad_token_id) for i in range(0, len(items), 8))
+    ]
 
 
 def _retain(cfg, method, scores, meta, baseline) -> dict | None:
@@ -226,23 +267,34 @@ def _retain(cfg, method, scores, meta, baseline) -> dict | None:
         value = retain(scores, baseline["eval"], meta["primary_metric"], baseline_name=cfg.eval.baseline)
     except RetainError as err:  # e.g. a baseline at 0 on a task: the scores are still recorded
         print(f"warning: no Retain for this run: {err}", flush=True)
-        return {"value": None, "baseline": cfg.eval.baseline, "tasks": sorted(meta["primary_metric"]),
-                "metrics": dict(sorted(meta["primary_metric"].items())), "error": str(err),
-                "baseline_source": baseline["source"]}
+        return {
+            "value": None,
+            "baseline": cfg.eval.baseline,
+            "tasks": sorted(meta["primary_metric"]),
+            "metrics": dict(sorted(meta["primary_metric"].items())),
+            "error": str(err),
+            "baseline_source": baseline["source"],
+        }
     value["baseline_source"] = baseline["source"]
     return value
 
 
 def _baseline_path(cfg, backbone, cache_root) -> Path:
     fingerprint = backbone_fingerprint(backbone.model)["weights_sha256"]
-    return Path(cache_root) / "baselines" / f"{cfg.model.name}-{fingerprint}-{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}.json"
+    return (
+        Path(cache_root)
+        / "baselines"
+        / f"{cfg.model.name}-{fingerprint}-{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}.json"
+    )
 
 
 def dense_baseline(cfg, backbone, cache_root, bed) -> dict:
     """Dense scores of this backbone on this suite: cached per backbone × suite, computed once."""
     if cfg.eval.baseline != "dense":
-        raise PipelineConfigError(f"eval.baseline={cfg.eval.baseline!r}: runs compute Retain against 'dense'; "
-                                  "other baselines are chosen in analysis (python -m analysis.report --help)")
+        raise PipelineConfigError(
+            f"eval.baseline={cfg.eval.baseline!r}: runs compute Retain against 'dense'; "
+            "other baselines are chosen in analysis (python -m analysis.report --help)"
+        )
     path = _baseline_path(cfg, backbone, cache_root)
     if path.is_file():
         return {**read_record(path), "source": str(path)}
@@ -265,12 +317,25 @@ def write_baseline_record(cfg, baseline: dict, meta: dict, layers: list[int], ro
     if path.is_file():
         return None
     name = cfg.eval.baseline
-    record = RunRecord(status="completed", method=name, variant=name, backbone=cfg.model.name, seed=cfg.seed,
-                       alpha=0.0, layer_set=cfg.layers.name, memory_dim=cfg.router.memory_dim,
-                       config_hash=hashlib.sha256(key.encode()).hexdigest()[:16], routable_layers=layers,
-                       eval=baseline["eval"], eval_meta=meta, rho={},
-                       skip={"param_rate": 0.0, "per_layer_ffn_rate": {str(layer): 1.0 for layer in layers}},
-                       origin="baseline_cache", baseline_key=key, baseline_source=baseline["source"])
+    record = RunRecord(
+        status="completed",
+        method=name,
+        variant=name,
+        backbone=cfg.model.name,
+        seed=cfg.seed,
+        alpha=0.0,
+        layer_set=cfg.layers.name,
+        memory_dim=cfg.router.memory_dim,
+        config_hash=hashlib.sha256(key.encode()).hexdigest()[:16],
+        routable_layers=layers,
+        eval=baseline["eval"],
+        eval_meta=meta,
+        rho={},
+        skip={"param_rate": 0.0, "per_layer_ffn_rate": {str(layer): 1.0 for layer in layers}},
+        origin="baseline_cache",
+        baseline_key=key,
+        baseline_source=baseline["source"],
+    )
     return record.write(path)
 
 

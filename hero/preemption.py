@@ -5,11 +5,13 @@ The contract between the training loop (``hero.training``) and the job submitit 
 on USR2 / time limit submitit calls the job's ``checkpoint()``, which runs the registered hooks
 (``run_checkpoint_fns``) and requeues the job, which resumes from that checkpoint.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 

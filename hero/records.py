@@ -51,6 +51,7 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
 Records written before this type existed also carry ``ablation`` (the same value as ``variant``);
 ``from_dict`` reads them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,8 +60,19 @@ from pathlib import Path
 
 from hero.results import SCHEMA_VERSION, git_commit, now_iso, versions, write_atomic
 
-OPTIONAL = ("baseline", "knob", "knob_name", "calibration", "baseline_key", "origin", "baseline_source",
-            "rescored_from", "bench", "bench_meta", "device")
+OPTIONAL = (
+    "baseline",
+    "knob",
+    "knob_name",
+    "calibration",
+    "baseline_key",
+    "origin",
+    "baseline_source",
+    "rescored_from",
+    "bench",
+    "bench_meta",
+    "device",
+)
 
 
 @dataclass

@@ -9,6 +9,7 @@ per backbone × suite and cached). The new record (``origin: rescored``, ``resco
 to ``RUN_DIR/rescored/<suite>-<fingerprint>/results.json``, beside the dense baseline record of
 that suite, so ``python -m analysis.report RUN_DIR/rescored`` reads it like any study.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,10 @@ def rescore_config(record: dict, overrides: list[str]):
     """The run's resolved config with its ``eval`` group replaced by the one the overrides compose."""
     bad = [o for o in overrides if not o.lstrip("+~").startswith(("eval=", "eval.", "paths."))]
     if bad:
-        raise RescoreError(f"{bad[0]!r}: rescoring changes only the suite (eval=..., eval.*) and paths.*; "
-                           "anything else is another run (python train.py ...)")
+        raise RescoreError(
+            f"{bad[0]!r}: rescoring changes only the suite (eval=..., eval.*) and paths.*; "
+            "anything else is another run (python train.py ...)"
+        )
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         composed = compose(config_name="train", overrides=overrides)
     cfg = OmegaConf.create(record["config"])
@@ -74,13 +77,26 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
         method.load(prepared, run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     out_root = run_dir / "rescored"
-    new = RunRecord(status="completed", method=record["method"], variant=record["variant"],
-                    backbone=record["backbone"], seed=record["seed"], alpha=record["alpha"],
-                    layer_set=record["layer_set"], memory_dim=record["memory_dim"], config_hash=config_hash(resolved),
-                    routable_layers=layers, bed=record.get("bed"), router=record.get("router"),
-                    router_params=record.get("router_params"), train=record.get("train"),
-                    calibration=record.get("calibration"), origin="rescored", rescored_from=str(source),
-                    config=resolved)
+    new = RunRecord(
+        status="completed",
+        method=record["method"],
+        variant=record["variant"],
+        backbone=record["backbone"],
+        seed=record["seed"],
+        alpha=record["alpha"],
+        layer_set=record["layer_set"],
+        memory_dim=record["memory_dim"],
+        config_hash=config_hash(resolved),
+        routable_layers=layers,
+        bed=record.get("bed"),
+        router=record.get("router"),
+        router_params=record.get("router_params"),
+        train=record.get("train"),
+        calibration=record.get("calibration"),
+        origin="rescored",
+        rescored_from=str(source),
+        config=resolved,
+    )
     score(cfg, method, prepared, new, baseline, backbone, bed, layers, out_root, rank=0)
     new.wall_time_s = time.time() - start
     return new.write(out_root / f"{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}" / RESULTS_FILENAME)
@@ -98,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     record = read_record_or_none(path)
     retain = (record.get("retain") or {}).get("value")
-    print(f"rescored {args.run_dir} on {record['eval_meta']['suite']}: Retain "
-          f"{'-' if retain is None else f'{retain:.2f}'} → {path}", flush=True)
+    print(
+        f"rescored {args.run_dir} on {record['eval_meta']['suite']}: Retain "
+        f"{'-' if retain is None else f'{retain:.2f}'} → {path}",
+        flush=True,
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ that index (the pipeline before running, the launcher before submitting, ``statu
 Importing this module does not import torch (``hero/__init__`` is lazy), so the launcher and
 its CLI stay light.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -27,7 +28,15 @@ SCHEMA_VERSION = 1
 RESULTS_FILENAME = "results.json"
 
 # Keys of the resolved config that do not change what a run computes.
-RUN_LOCAL_KEYS = ("logger", "hydra", "paths", "force", "calibration.file", "trainer.checkpoint_every", "trainer.progress")
+RUN_LOCAL_KEYS = (
+    "logger",
+    "hydra",
+    "paths",
+    "force",
+    "calibration.file",
+    "trainer.checkpoint_every",
+    "trainer.progress",
+)
 
 
 def _drop(cfg: dict, dotted: str) -> None:
@@ -54,8 +63,12 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
     """The commit of the code that ran (``unknown`` outside a git checkout), ``+dirty`` if modified."""
     here = cwd or Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True
+        ).stdout.strip()
         return sha + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -76,7 +89,7 @@ def versions() -> dict[str, str]:
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def write_atomic(path: str | os.PathLike, payload: Any) -> Path:
@@ -133,11 +146,20 @@ def index_file(root: str | os.PathLike, chash: str) -> Path:
     return Path(root) / "index" / f"{chash}.json"
 
 
-def write_index(root: str | os.PathLike, chash: str, status: str, run_dir: str | os.PathLike,
-                record: str | os.PathLike | None = None) -> Path:
+def write_index(
+    root: str | os.PathLike,
+    chash: str,
+    status: str,
+    run_dir: str | os.PathLike,
+    record: str | os.PathLike | None = None,
+) -> Path:
     """Point the index entry of ``chash`` at this run (status running / completed / failed)."""
-    entry = {"status": status, **({"record": str(record)} if record is not None else {}),
-             "run_dir": str(run_dir), "updated": now_iso()}
+    entry = {
+        "status": status,
+        **({"record": str(record)} if record is not None else {}),
+        "run_dir": str(run_dir),
+        "updated": now_iso(),
+    }
     return write_atomic(index_file(root, chash), entry)
 
 

@@ -1,4 +1,5 @@
 """The short human summary printed at the end of every run (and so of ``make demo``)."""
+
 from __future__ import annotations
 
 NEXT_COMMANDS = (
@@ -24,13 +25,19 @@ def format_summary(record: dict, path: str) -> str:
         if record["baseline"].get("removed_layers") is not None:
             lines.append(f"removed FFNs (lowest Block Influence)  {record['baseline']['removed_layers']}")
     if skip:
-        lines.append(f"realized parameter skip  {100 * skip['param_rate']:.2f} %"
-                     + (f"  (ceiling {100 * skip['max_param_rate']:.1f} %)" if "max_param_rate" in skip else ""))
-        lines.append("FFN execution per layer  " + "  ".join(
-            f"{layer}: {rate:.2f}" for layer, rate in skip.get("per_layer_ffn_rate", {}).items()))
+        lines.append(
+            f"realized parameter skip  {100 * skip['param_rate']:.2f} %"
+            + (f"  (ceiling {100 * skip['max_param_rate']:.1f} %)" if "max_param_rate" in skip else "")
+        )
+        lines.append(
+            "FFN execution per layer  "
+            + "  ".join(f"{layer}: {rate:.2f}" for layer, rate in skip.get("per_layer_ffn_rate", {}).items())
+        )
         if skip.get("by_token_type"):
-            lines.append("FFN execution per token type  " + "  ".join(
-                f"{name}: {rate:.2f}" for name, rate in skip["by_token_type"].items() if rate is not None))
+            lines.append(
+                "FFN execution per token type  "
+                + "  ".join(f"{name}: {rate:.2f}" for name, rate in skip["by_token_type"].items() if rate is not None)
+            )
     primary = (record.get("eval_meta") or {}).get("primary_metric", {})
     for task, metrics in (record.get("eval") or {}).items():
         metric = primary.get(task) or next(iter(metrics))
@@ -39,15 +46,21 @@ def format_summary(record: dict, path: str) -> str:
     if retain and retain["value"] is None:
         lines.append(f"Retain undefined  ({retain['error']})")
     elif retain:
-        lines.append(f"Retain {retain['value']:.2f}  (baseline: {retain['baseline']}; tasks: {', '.join(retain['tasks'])})")
+        lines.append(
+            f"Retain {retain['value']:.2f}  (baseline: {retain['baseline']}; tasks: {', '.join(retain['tasks'])})"
+        )
     if record.get("train"):
-        lines.append(f"final loss {record['train']['final_loss']:.4f} (LM {record['train']['final_lm_loss']:.4f}) "
-                     f"after {record['train']['steps']} updates")
+        lines.append(
+            f"final loss {record['train']['final_loss']:.4f} (LM {record['train']['final_lm_loss']:.4f}) "
+            f"after {record['train']['steps']} updates"
+        )
     lines.append(f"wall time {record['wall_time_s']:.0f} s")
     lines.append(f"record    {path}")
     wandb = record.get("wandb")
     if wandb:
-        hint = f"   (upload: wandb sync {wandb['dir'].rsplit('/files', 1)[0]})" if wandb.get("mode") == "offline" else ""
+        hint = (
+            f"   (upload: wandb sync {wandb['dir'].rsplit('/files', 1)[0]})" if wandb.get("mode") == "offline" else ""
+        )
         lines.append(f"W&B       {wandb['mode']} run {wandb['run_id']} in group {wandb['group']}{hint}")
     lines.append("next:")
     lines.extend(f"  {command}" for command in NEXT_COMMANDS)

@@ -4,13 +4,14 @@ Seeds of one variant share a ``group``; the variant is the ``job_type``; tags ca
 the ablation, α, memory dim and layer set. The run id derives from the config hash,
 so a requeued or resumed job continues the same W&B run instead of starting another.
 """
+
 from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from hero.errors import ConfigError
 
@@ -33,8 +34,12 @@ class Tracker:
             return
         import wandb
 
-        payload = {f"routing/ffn_rate/layer_{layer}": rate for layer, rate in skip.get("per_layer_ffn_rate", {}).items()}
-        payload.update({f"routing/mean_gate/layer_{layer}": g for layer, g in skip.get("per_layer_mean_gate", {}).items()})
+        payload = {
+            f"routing/ffn_rate/layer_{layer}": rate for layer, rate in skip.get("per_layer_ffn_rate", {}).items()
+        }
+        payload.update(
+            {f"routing/mean_gate/layer_{layer}": g for layer, g in skip.get("per_layer_mean_gate", {}).items()}
+        )
         payload.update({f"routing/rho/layer_{layer}": value for layer, value in rho.items()})
         payload["routing/param_skip"] = skip.get("param_rate")
         histogram = skip.get("per_token", {}).get("histogram")
@@ -59,8 +64,14 @@ def group_name(cfg) -> str:
 
 
 def tags(cfg) -> list[str]:
-    return [f"ablation:{cfg.variant}", f"alpha:{cfg.alpha}", f"memory_dim:{cfg.router.memory_dim}",
-            f"layers:{cfg.layers.name}", f"method:{cfg.method.name}", f"backbone:{cfg.model.name}"]
+    return [
+        f"ablation:{cfg.variant}",
+        f"alpha:{cfg.alpha}",
+        f"memory_dim:{cfg.router.memory_dim}",
+        f"layers:{cfg.layers.name}",
+        f"method:{cfg.method.name}",
+        f"backbone:{cfg.model.name}",
+    ]
 
 
 def check_config(logger_cfg) -> None:
@@ -79,9 +90,19 @@ def tracked_run(cfg, resolved: dict, run_dir: str, run_id: str, enabled: bool = 
     import wandb
 
     os.environ.setdefault("WANDB_SILENT", "true")
-    run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode, dir=run_dir,
-                     id=run_id, resume="allow", group=group_name(cfg), job_type=cfg.variant, tags=tags(cfg),
-                     config=resolved, name=f"{cfg.variant}-s{cfg.seed}")
+    run = wandb.init(
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        mode=cfg.logger.mode,
+        dir=run_dir,
+        id=run_id,
+        resume="allow",
+        group=group_name(cfg),
+        job_type=cfg.variant,
+        tags=tags(cfg),
+        config=resolved,
+        name=f"{cfg.variant}-s{cfg.seed}",
+    )
     try:
         yield Tracker(run)
     except BaseException:

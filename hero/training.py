@@ -7,24 +7,25 @@ position) and exact resume from the latest one. Under ``torch.distributed`` each
 rank takes its share of every global batch and the gradients of the trainable
 tensors are averaged across ranks (``hero.distributed``); rank 0 writes checkpoints.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import random
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from hero.errors import ConfigError
 from hero.data import SFTDataset, collate
 from hero.distributed import all_mean, allreduce_gradients, world
+from hero.errors import ConfigError
 from hero.model import last_records
 from hero.objectives import SkipMeter, prediction_positions, skip_loss
 from hero.preemption import register_checkpoint_fn
@@ -48,9 +49,14 @@ class TrainSummary:
     history: list[dict] = field(default_factory=list)
 
     def as_record(self) -> dict:
-        return {"steps": self.steps, "tokens": self.tokens, "final_loss": self.final_loss,
-                "final_lm_loss": self.final_lm_loss, "final_skip_loss": self.final_skip_loss,
-                "train_param_skip": self.train_param_skip}
+        return {
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "final_loss": self.final_loss,
+            "final_lm_loss": self.final_lm_loss,
+            "final_skip_loss": self.final_skip_loss,
+            "train_param_skip": self.train_param_skip,
+        }
 
 
 def check_config(tcfg) -> None:
@@ -62,7 +68,9 @@ def check_config(tcfg) -> None:
     if tcfg.max_steps is not None and (not isinstance(tcfg.max_steps, int) or tcfg.max_steps <= 0):
         raise TrainingConfigError(f"trainer.max_steps={tcfg.max_steps!r}: must be a positive integer or null")
     if tcfg.global_batch % tcfg.micro_batch:
-        raise TrainingConfigError(f"trainer.global_batch={tcfg.global_batch} is not a multiple of trainer.micro_batch={tcfg.micro_batch}")
+        raise TrainingConfigError(
+            f"trainer.global_batch={tcfg.global_batch} is not a multiple of trainer.micro_batch={tcfg.micro_batch}"
+        )
     if not tcfg.lr > 0:
         raise TrainingConfigError(f"trainer.lr={tcfg.lr!r}: must be positive")
     if not 0 <= tcfg.warmup_frac < 1:
@@ -112,9 +120,17 @@ def autocast_context(precision: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
 
-def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, checkpoint_dir: str | Path,
-        on_log: Callable[[dict], None] | None = None, routed: bool = True,
-        regularizer: Callable | None = None) -> TrainSummary:
+def fit(
+    model: nn.Module,
+    dataset: SFTDataset,
+    tcfg,
+    alpha: float,
+    seed: int,
+    checkpoint_dir: str | Path,
+    on_log: Callable[[dict], None] | None = None,
+    routed: bool = True,
+    regularizer: Callable | None = None,
+) -> TrainSummary:
     """Train the trainable tensors of ``model``; resumes from ``checkpoint_dir`` if it holds a checkpoint.
 
     The loss is L_LM + alpha · regularizer(gates, valid) for a routed model; the regularizer is
@@ -128,8 +144,10 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
         raise TrainingConfigError("the model has no trainable parameters")
     per_rank = tcfg.global_batch // world_size
     if tcfg.global_batch % (world_size * tcfg.micro_batch):
-        raise TrainingConfigError(f"trainer.global_batch={tcfg.global_batch} is not divisible by "
-                                  f"world size {world_size} × trainer.micro_batch={tcfg.micro_batch}")
+        raise TrainingConfigError(
+            f"trainer.global_batch={tcfg.global_batch} is not divisible by "
+            f"world size {world_size} × trainer.micro_batch={tcfg.micro_batch}"
+        )
     accum = per_rank // tcfg.micro_batch
     updates = total_updates(tcfg, len(dataset))
     order = sample_order(len(dataset), updates, tcfg.global_batch, seed)
@@ -145,9 +163,17 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
     step_meter = SkipMeter(model) if routed else None
     completed = {"step": start_step, "tokens": tokens}
-    unregister = _save_on_preemption(checkpoint_dir, completed, named, optimizer, scheduler, tcfg) if rank == 0 else None
-    bar = tqdm(range(start_step, updates), initial=start_step, total=updates, disable=not tcfg.progress or rank != 0,
-               desc="train", dynamic_ncols=True)
+    unregister = (
+        _save_on_preemption(checkpoint_dir, completed, named, optimizer, scheduler, tcfg) if rank == 0 else None
+    )
+    bar = tqdm(
+        range(start_step, updates),
+        initial=start_step,
+        total=updates,
+        disable=not tcfg.progress or rank != 0,
+        desc="train",
+        dynamic_ncols=True,
+    )
     for step in bar:
         batch_start = step * tcfg.global_batch + rank * per_rank
         sums = {"loss": 0.0, "lm_loss": 0.0, "skip_loss": 0.0}
@@ -156,15 +182,16 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
         step_tokens = 0
         for micro in range(accum):
             lo = batch_start + micro * tcfg.micro_batch
-            batch = collate([dataset[i] for i in order[lo: lo + tcfg.micro_batch]], pad_id)
+            batch = collate([dataset[i] for i in order[lo : lo + tcfg.micro_batch]], pad_id)
             batch = {k: v.to(device) for k, v in batch.items()}
             with autocast_context(tcfg.precision, device):
                 out = model(**batch, use_cache=False)
                 lm_loss = out.loss.float()
                 if routed:
                     records = last_records(model)
-                    l_skip = (regularizer or skip_loss)([r.gate for r in records],
-                                                        prediction_positions(batch["attention_mask"]))
+                    l_skip = (regularizer or skip_loss)(
+                        [r.gate for r in records], prediction_positions(batch["attention_mask"])
+                    )
                 else:
                     l_skip = torch.zeros((), device=device)
                 loss = lm_loss + alpha * l_skip
@@ -184,12 +211,21 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         completed.update(step=step + 1, tokens=tokens)
-        metrics = {"step": step + 1, **sums, "param_skip": step_meter.param_rate if routed else 0.0,
-                   "grad_norm": grad_norm, "lr": scheduler.get_last_lr()[0]}
+        metrics = {
+            "step": step + 1,
+            **sums,
+            "param_skip": step_meter.param_rate if routed else 0.0,
+            "grad_norm": grad_norm,
+            "lr": scheduler.get_last_lr()[0],
+        }
         last = metrics
         history.append(metrics)
-        bar.set_postfix(loss=f"{sums['loss']:.3f}", lm=f"{sums['lm_loss']:.3f}", skip=f"{sums['skip_loss']:.2f}",
-                        **({"p_skip": f"{metrics['param_skip']:.1%}"} if routed else {}))
+        bar.set_postfix(
+            loss=f"{sums['loss']:.3f}",
+            lm=f"{sums['lm_loss']:.3f}",
+            skip=f"{sums['skip_loss']:.2f}",
+            **({"p_skip": f"{metrics['param_skip']:.1%}"} if routed else {}),
+        )
         if on_log and rank == 0 and ((step + 1) % tcfg.log_every == 0 or step + 1 == updates):
             on_log(metrics)
         if (step + 1) % tcfg.checkpoint_every == 0 and step + 1 < updates and rank == 0:
@@ -197,9 +233,15 @@ def fit(model: nn.Module, dataset: SFTDataset, tcfg, alpha: float, seed: int, ch
     if unregister is not None:
         unregister()
     model.eval()
-    return TrainSummary(steps=updates, tokens=tokens, final_loss=last["loss"], final_lm_loss=last["lm_loss"],
-                        final_skip_loss=last["skip_loss"], train_param_skip=last["param_skip"],
-                        history=history)
+    return TrainSummary(
+        steps=updates,
+        tokens=tokens,
+        final_loss=last["loss"],
+        final_lm_loss=last["lm_loss"],
+        final_skip_loss=last["skip_loss"],
+        train_param_skip=last["param_skip"],
+        history=history,
+    )
 
 
 def _save_on_preemption(directory: Path, completed: dict, named, optimizer, scheduler, tcfg):
@@ -209,8 +251,11 @@ def _save_on_preemption(directory: Path, completed: dict, named, optimizer, sche
     here instead of at the last periodic checkpoint. Parameters and optimizer state only
     change inside ``optimizer.step()``, so between steps they are those of ``completed``.
     """
-    return register_checkpoint_fn(lambda: save_checkpoint(directory, completed["step"], completed["tokens"], named,
-                                                          optimizer, scheduler, tcfg.keep_checkpoints))
+    return register_checkpoint_fn(
+        lambda: save_checkpoint(
+            directory, completed["step"], completed["tokens"], named, optimizer, scheduler, tcfg.keep_checkpoints
+        )
+    )
 
 
 def rng_state() -> dict:
@@ -223,7 +268,9 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
-def save_checkpoint(directory: Path, step: int, tokens: int, named: dict[str, torch.Tensor], optimizer, scheduler, keep: int) -> Path:
+def save_checkpoint(
+    directory: Path, step: int, tokens: int, named: dict[str, torch.Tensor], optimizer, scheduler, keep: int
+) -> Path:
     """Write ``step-<n>.pt`` atomically (temp file + rename), keep the newest ``keep``."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -255,8 +302,9 @@ def load_latest(directory: Path, named: dict[str, torch.Tensor], optimizer, sche
         return 0, 0
     payload = torch.load(path, map_location="cpu", weights_only=False)
     if set(payload["trainable"]) != set(named):
-        raise TrainingConfigError(f"checkpoint {path} holds different trainable tensors than this model; "
-                                  "delete it or change paths.root")
+        raise TrainingConfigError(
+            f"checkpoint {path} holds different trainable tensors than this model; delete it or change paths.root"
+        )
     with torch.no_grad():
         for name, tensor in payload["trainable"].items():
             named[name].copy_(tensor)

@@ -5,12 +5,13 @@ log: a 7-byte header, then 32 KiB blocks of chunks (4-byte checksum, 2-byte
 length, 1-byte type: FULL, FIRST, MIDDLE, LAST), each record a protobuf
 ``wandb_internal_pb2.Record``.
 """
+
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 HEADER_LEN = 7
 BLOCK_LEN = 32768
@@ -35,7 +36,7 @@ def iter_records(path: str | Path) -> Iterator:
         if kind == 0 and length == 0:
             pos += left
             continue
-        chunk = data[pos + CHUNK_HEADER.size: pos + CHUNK_HEADER.size + length]
+        chunk = data[pos + CHUNK_HEADER.size : pos + CHUNK_HEADER.size + length]
         pos += CHUNK_HEADER.size + length
         if kind == FULL:
             yield Record.FromString(chunk)
@@ -61,7 +62,9 @@ def history(path: str | Path) -> list[dict]:
     rows = []
     for record in iter_records(path):
         if record.WhichOneof("record_type") == "history":
-            rows.append({"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item})
+            rows.append(
+                {"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item}
+            )
     return rows
 
 
@@ -71,8 +74,12 @@ def run_info(path: str | Path) -> dict:
     for record in iter_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
-            info.update(run_id=record.run.run_id, group=record.run.run_group, job_type=record.run.job_type,
-                        tags=list(record.run.tags))
+            info.update(
+                run_id=record.run.run_id,
+                group=record.run.run_group,
+                job_type=record.run.job_type,
+                tags=list(record.run.tags),
+            )
             for item in record.run.config.update:
                 info["config"]["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
         elif kind == "config":

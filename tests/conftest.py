@@ -1,4 +1,5 @@
 """Shared fixtures: composing the real Hydra configs and a seconds-to-build micro testbed."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ the same dir, raises for ``fail=true``, and its result depends only on its confi
 was interrupted and resumed must produce the same record as an uninterrupted one). It is small on
 purpose: the tests measure dispatch, not training.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_DIR = Path(os.environ.get("HERO_SLURM_DIR", "/tmp/hero-slurm"))
 SLURM_CONF = SLURM_DIR / "etc" / "slurm.conf"
 
-APP = r'''
+APP = r"""
 import json, os, time
 from pathlib import Path
 
@@ -55,8 +56,8 @@ def main(cfg) -> float:
             write_atomic(ckpt, state)
         print(f"step {state['step']}", flush=True)
         time.sleep(cfg.step_s)
-    record = {"schema_version": 1, "status": "completed", "method": "app", "variant": "app", "seed": cfg.seed, "train": {"final": state["x"],
-              "steps": state["step"]}, "config": resolved, "config_hash": config_hash(resolved),
+    record = {"schema_version": 1, "status": "completed", "method": "app", "variant": "app", "seed": cfg.seed,
+              "train": {"final": state["x"], "steps": state["step"]}, "config": resolved, "config_hash": config_hash(resolved),
               "restarts": len(starts.read_text().splitlines()) - 1}
     write_atomic(out / "results.json", record)
     return float(state["x"])
@@ -64,7 +65,7 @@ def main(cfg) -> float:
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 APP_YAML = """
 defaults:
@@ -122,8 +123,13 @@ def slurm_alive() -> bool:
     if not SLURM_CONF.exists() or shutil.which("sinfo") is None:
         return False
     try:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15,
-                             env={**os.environ, "SLURM_CONF": str(SLURM_CONF)})
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%t"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            env={**os.environ, "SLURM_CONF": str(SLURM_CONF)},
+        )
     except (OSError, subprocess.SubprocessError):
         return False
     return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mix", "alloc"))
@@ -159,8 +165,11 @@ def sacct_states(job_ids: list[str], all_attempts: bool = False, timeout: float 
         for line in out.splitlines():
             jid, _, st = line.partition("|")
             states.setdefault(jid, []).append(st.split()[0] if st else "")
-        settled = [j for j in job_ids if states.get(j) and states[j][-1] != "REQUEUED"
-                   and not set(states[j]) & set(SACCT_UNSETTLED)]
+        settled = [
+            j
+            for j in job_ids
+            if states.get(j) and states[j][-1] != "REQUEUED" and not set(states[j]) & set(SACCT_UNSETTLED)
+        ]
         if len(settled) == len(job_ids) or time.time() - t0 > timeout:
             return states
         time.sleep(1)

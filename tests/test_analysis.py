@@ -1,4 +1,5 @@
 """Tests of the analysis package on SYNTHETIC records from analysis/synthetic.py."""
+
 from __future__ import annotations
 
 import csv
@@ -10,9 +11,22 @@ import numpy as np
 import polars as pl
 import pytest
 
-from analysis import (BaselineError, build_table, curves, load_runs, matched_skip, monotone_fit, paired_differences,
-                      paper_tables, reference_curves, resolve_baselines, skip_adjusted, summarize, t_quantile,
-                      with_retain)
+from analysis import (
+    BaselineError,
+    build_table,
+    curves,
+    load_runs,
+    matched_skip,
+    monotone_fit,
+    paired_differences,
+    paper_tables,
+    reference_curves,
+    resolve_baselines,
+    skip_adjusted,
+    summarize,
+    t_quantile,
+    with_retain,
+)
 from analysis.curves import Curve, area_between
 from analysis.report import main as report_main
 from analysis.synthetic import RunSpec, make_record, write_fixture_set, write_run
@@ -41,13 +55,14 @@ def report(records, tmp_path_factory):
 
 
 def test_results_filename_matches_the_schema():
-    from hero.results import RESULTS_FILENAME
     from analysis.load import RESULTS_FILENAME as ANALYSIS_FILENAME
+    from hero.results import RESULTS_FILENAME
 
     assert ANALYSIS_FILENAME == RESULTS_FILENAME
 
 
 # --- loading --------------------------------------------------------------------------------------------------------
+
 
 def test_loader_counts_and_lists_failed_and_incomplete_runs(runs, records):
     assert runs.counts() == {"found": 70, "completed": 68, "failed": 1, "incomplete": 1}
@@ -70,9 +85,16 @@ def test_primary_metric_is_used_not_another_metric(runs):
 
 
 def test_loader_tolerates_missing_optional_and_added_fields(tmp_path):
-    full = RunSpec(scores={"arc_easy": 0.5}, skip=0.2, bench={"decode_ms_per_token": {"b1_s64": 3.0}},
-                   extra={"retain": {"value": 99.0, "baseline": "dense"}, "wandb": {"run_id": "x", "mode": "offline"},
-                          "a_field_from_the_future": {"nested": [1, 2]}})
+    full = RunSpec(
+        scores={"arc_easy": 0.5},
+        skip=0.2,
+        bench={"decode_ms_per_token": {"b1_s64": 3.0}},
+        extra={
+            "retain": {"value": 99.0, "baseline": "dense"},
+            "wandb": {"run_id": "x", "mode": "offline"},
+            "a_field_from_the_future": {"nested": [1, 2]},
+        },
+    )
     bare = RunSpec(scores={"arc_easy": 0.4}, skip=0.1, seed=43, extra={"eval_meta": {}})
     write_run(tmp_path, full)
     write_run(tmp_path, bare)
@@ -142,9 +164,11 @@ def test_a_seed_scored_twice_in_one_group_counts_once(tmp_path):
 def test_budget_sums_wall_and_cpu_time_per_group_and_in_all(tmp_path):
     from analysis.budget import budget_markdown, budget_table
 
-    runs = [(RunSpec(scores={"arc_easy": 0.5}, skip=0.2, seed=42), 60.0, 1),
-            (RunSpec(scores={"arc_easy": 0.6}, skip=0.2, seed=43), 120.0, 2),
-            (RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0), 30.0, None)]
+    runs = [
+        (RunSpec(scores={"arc_easy": 0.5}, skip=0.2, seed=42), 60.0, 1),
+        (RunSpec(scores={"arc_easy": 0.6}, skip=0.2, seed=43), 120.0, 2),
+        (RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0), 30.0, None),
+    ]
     for spec, wall, threads in runs:
         record = make_record(spec)
         record["wall_time_s"], record["config"]["trainer"] = wall, {"num_threads": threads}
@@ -152,8 +176,12 @@ def test_budget_sums_wall_and_cpu_time_per_group_and_in_all(tmp_path):
         (tmp_path / spec.name / "results.json").write_text(json.dumps(record))
     table = budget_table(load_runs([tmp_path]).records.collect())
     rows = {r["method"]: r for r in table.to_dicts()}
-    assert (rows["hero"]["n"], rows["hero"]["job_s"], rows["hero"]["cpu_s"], rows["hero"]["threads"]) == (2, 180.0, 300.0,
-                                                                                                    "1 2")
+    assert (rows["hero"]["n"], rows["hero"]["job_s"], rows["hero"]["cpu_s"], rows["hero"]["threads"]) == (
+        2,
+        180.0,
+        300.0,
+        "1 2",
+    )
     assert rows["dense"]["cpu_s"] is None  # all cores: its CPU time is unknown
     assert (rows["total"]["n"], rows["total"]["job_s"], rows["total"]["cpu_s"]) == (3, 210.0, None)
     md = budget_markdown(table)
@@ -183,14 +211,25 @@ def test_missing_input_directory_is_an_error(tmp_path):
 
 # --- statistics -----------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("df,expected", [(1, 12.706205), (2, 4.302653), (3, 3.182446), (9, 2.262157), (30, 2.042272)])
 def test_t_quantile_matches_tables(df, expected):
     assert t_quantile(0.95, df) == pytest.approx(expected, abs=1e-5)
 
 
 def test_summarize_mean_std_and_t_interval():
-    runs = pl.DataFrame({"backbone": ["b"] * 3, "method": ["hero"] * 3, "variant": ["full"] * 3, "alpha": [1e-3] * 3,
-                         "memory_dim": [64] * 3, "layer_set": ["all"] * 3, "seed": [1, 2, 3], "x": [1.0, 2.0, 6.0]})
+    runs = pl.DataFrame(
+        {
+            "backbone": ["b"] * 3,
+            "method": ["hero"] * 3,
+            "variant": ["full"] * 3,
+            "alpha": [1e-3] * 3,
+            "memory_dim": [64] * 3,
+            "layer_set": ["all"] * 3,
+            "seed": [1, 2, 3],
+            "x": [1.0, 2.0, 6.0],
+        }
+    )
     row = summarize(runs, ["x"]).row(0, named=True)
     std = math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2)
     assert row["n"] == 3 and row["seeds"] == [1, 2, 3]
@@ -210,10 +249,12 @@ def test_paired_differences_use_shared_seeds_only():
 
 # --- Retain ---------------------------------------------------------------------------------------------------------
 
+
 def _retain_case(tmp_path):
     """Dense scores (0.8, 0.2); HeRo (0.8, 0.1): mean of ratios 75 %, ratio of means 90 %."""
-    write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8, "boolq": 0.2}, skip=0.0, method="dense", variant="dense",
-                                alpha=0.0))
+    write_run(
+        tmp_path, RunSpec(scores={"arc_easy": 0.8, "boolq": 0.2}, skip=0.0, method="dense", variant="dense", alpha=0.0)
+    )
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8, "boolq": 0.1}, skip=0.25))
     runs = load_runs([tmp_path])
     return runs, runs.records.collect()
@@ -233,8 +274,11 @@ def test_retain_is_the_mean_of_ratios_not_the_ratio_of_means(tmp_path):
 def test_fixture_retain_differs_from_ratio_of_means(runs):
     frame = runs.records.collect()
     base = resolve_baselines(frame, "method=dense", "--curve-baseline", runs.tasks)["tiny"]
-    run = with_retain(frame, {"tiny": base}).filter((pl.col("variant") == "no_aux_state") & (pl.col("seed") == 43)
-                                                    & (pl.col("alpha") == 1e-3)).row(0, named=True)
+    run = (
+        with_retain(frame, {"tiny": base})
+        .filter((pl.col("variant") == "no_aux_state") & (pl.col("seed") == 43) & (pl.col("alpha") == 1e-3))
+        .row(0, named=True)
+    )
     tasks = list(base.scores)
     mean_of_ratios = 100 * np.mean([run[f"score.{t}"] / base.scores[t] for t in tasks])
     ratio_of_means = 100 * sum(run[f"score.{t}"] for t in tasks) / sum(base.scores.values())
@@ -252,8 +296,11 @@ def test_baseline_group_retains_100_on_average(runs):
 
 def test_missing_and_ambiguous_baselines_are_errors(runs):
     frame = runs.records.collect()
-    with pytest.raises(BaselineError, match=r"--baseline-table2 'alpha=0.002' selects no runs .*available groups: "
-                                            r"hero/full α=0.0001"):
+    with pytest.raises(
+        BaselineError,
+        match=r"--baseline-table2 'alpha=0.002' selects no runs .*available groups: "
+        r"hero/full α=0.0001",
+    ):
         build_table(frame, paper_tables(baselines={2: "alpha=0.002"})[1], runs.tasks)
     with pytest.raises(BaselineError, match="selects 19 groups"):
         resolve_baselines(frame, "method=hero", "--baseline-table1", runs.tasks)
@@ -276,6 +323,7 @@ def test_task_set_restriction_and_missing_task(tmp_path):
 
 
 # --- curves ---------------------------------------------------------------------------------------------------------
+
 
 def test_monotone_fit_pools_violators():
     x, y = monotone_fit([10, 20, 30, 40], [5.0, 6.0, 4.0, 4.5], [1, 1, 1, 1])
@@ -318,13 +366,32 @@ def test_fixture_curves_rank_ablations_below_full_hero(runs):
 
 # --- report ---------------------------------------------------------------------------------------------------------
 
-EXPECTED_FILES = [f"{stem}.{ext}" for stem in ("table1_main", "table2_alpha_sweep", "table3_ablations",
-                                               "table4_memory_dim") for ext in ("md", "csv", "tex")]
-EXPECTED_FILES += ["table3_ablations_paired.csv", "groups.csv", "curves.csv", "matched_skip.csv", "matched_skip.md",
-                   "curve_areas.csv", "latency.csv", "problems.csv", "problems.md", "summary.json",
-                   "resolution.csv", "resolution.md", "budget.csv", "budget.md",
-                   "quality_cost.png", "quality_latency.png", "ffn_usage_heatmap.png", "per_token_skip.png",
-                   "rho_per_layer.png"]
+EXPECTED_FILES = [
+    f"{stem}.{ext}"
+    for stem in ("table1_main", "table2_alpha_sweep", "table3_ablations", "table4_memory_dim")
+    for ext in ("md", "csv", "tex")
+]
+EXPECTED_FILES += [
+    "table3_ablations_paired.csv",
+    "groups.csv",
+    "curves.csv",
+    "matched_skip.csv",
+    "matched_skip.md",
+    "curve_areas.csv",
+    "latency.csv",
+    "problems.csv",
+    "problems.md",
+    "summary.json",
+    "resolution.csv",
+    "resolution.md",
+    "budget.csv",
+    "budget.md",
+    "quality_cost.png",
+    "quality_latency.png",
+    "ffn_usage_heatmap.png",
+    "per_token_skip.png",
+    "rho_per_layer.png",
+]
 
 
 def test_report_produces_every_table_and_plot(report):
@@ -339,11 +406,15 @@ def test_report_produces_every_table_and_plot(report):
     assert full["retain.mean"] == pytest.approx(98.0) and full["skip.mean"] == pytest.approx(27.0)
 
 
-@pytest.mark.parametrize("number,selector,group", [
-    (1, "method=dense", "tiny dense/dense α=0 d_m=64 second_half"),
-    (2, "alpha=0.001", "tiny hero/full α=0.001 d_m=64 second_half"),
-    (3, "variant=full", "tiny hero/full α=0.001 d_m=64 second_half"),
-    (4, "memory_dim=64", "tiny hero/full α=0.001 d_m=64 second_half")])
+@pytest.mark.parametrize(
+    "number,selector,group",
+    [
+        (1, "method=dense", "tiny dense/dense α=0 d_m=64 second_half"),
+        (2, "alpha=0.001", "tiny hero/full α=0.001 d_m=64 second_half"),
+        (3, "variant=full", "tiny hero/full α=0.001 d_m=64 second_half"),
+        (4, "memory_dim=64", "tiny hero/full α=0.001 d_m=64 second_half"),
+    ],
+)
 def test_every_table_output_states_its_baseline_and_task_set(report, number, selector, group):
     stem = next(p.stem for p in report.glob(f"table{number}_*.md"))
     md = (report / f"{stem}.md").read_text()
@@ -356,8 +427,11 @@ def test_every_table_output_states_its_baseline_and_task_set(report, number, sel
     assert rows and all(r["retain_baseline"] == f"{group} ({selector})" for r in rows)
     assert all(r["task_set"] == "arc_easy:acc boolq:acc hellaswag:acc_norm" for r in rows)
     entry = json.loads((report / "summary.json").read_text())["tables"][stem]["baseline"]["tiny"]
-    assert entry["selector"] == selector and entry["task_set"] == {"arc_easy": "acc", "boolq": "acc",
-                                                                   "hellaswag": "acc_norm"}
+    assert entry["selector"] == selector and entry["task_set"] == {
+        "arc_easy": "acc",
+        "boolq": "acc",
+        "hellaswag": "acc_norm",
+    }
 
 
 @pytest.mark.parametrize("name", ["groups.csv", "curves.csv", "matched_skip.csv", "curve_areas.csv", "latency.csv"])
@@ -395,7 +469,7 @@ def test_resolution_lists_every_paired_comparison_with_its_half_width(report):
     for variant, r in table3.items():
         p = paired[variant]
         n, std = int(p["n"]), float(p["retain.std"])
-        assert float(r["half_width"]) == pytest.approx(t_quantile(0.95, n - 1) * std / n ** 0.5)
+        assert float(r["half_width"]) == pytest.approx(t_quantile(0.95, n - 1) * std / n**0.5)
         assert (r["resolved"] == "true") == (float(p["retain.ci_lo"]) > 0 or float(p["retain.ci_hi"]) < 0)
     assert any(src == "skip_adjusted" for src, _ in found)
     md = (report / "resolution.md").read_text()
@@ -431,8 +505,9 @@ def test_report_missing_baseline_skips_that_table_in_one_line(records, tmp_path,
     assert report_main([str(records), "--out", str(tmp_path), "--baseline-table4", "memory_dim=48", "--no-plots"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("table4_memory_dim:"))
-    assert line.startswith("table4_memory_dim: skipped: --baseline-table4 'memory_dim=48' selects no runs of "
-                           "backbone 'tiny'")
+    assert line.startswith(
+        "table4_memory_dim: skipped: --baseline-table4 'memory_dim=48' selects no runs of backbone 'tiny'"
+    )
     assert "d_m=32" in line and "d_m=256" in line
     assert line.endswith("`python train.py router.memory_dim=48 alpha=0.001 layers=second_half` would provide it")
     assert not list(tmp_path.glob("table4_*"))
@@ -456,11 +531,21 @@ def test_report_without_any_baseline_still_writes_skip_statistics_and_plots(tmp_
 
 def test_main_setting_comes_from_the_records(tmp_path, capsys):
     for seed in (42, 43):
-        write_run(tmp_path, RunSpec(scores=dict(TASK_BASE_SMALL), skip=0.0, method="dense", variant="dense",
-                                    alpha=0.0, seed=seed))
+        write_run(
+            tmp_path,
+            RunSpec(scores=dict(TASK_BASE_SMALL), skip=0.0, method="dense", variant="dense", alpha=0.0, seed=seed),
+        )
         for variant, shift in (("full", 0.0), ("no_history", 0.01)):
-            write_run(tmp_path, RunSpec(scores={t: v * 0.9 for t, v in TASK_BASE_SMALL.items()}, skip=0.15 + shift,
-                                        variant=variant, alpha=3e-3, seed=seed))
+            write_run(
+                tmp_path,
+                RunSpec(
+                    scores={t: v * 0.9 for t, v in TASK_BASE_SMALL.items()},
+                    skip=0.15 + shift,
+                    variant=variant,
+                    alpha=3e-3,
+                    seed=seed,
+                ),
+            )
     assert report_main([str(tmp_path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "main setting: alpha=0.003, memory_dim=64, layer_set=second_half (alpha from records" in out
@@ -475,8 +560,12 @@ def test_report_pushes_tables_to_wandb_offline(records, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "out"
-    assert report_main([str(records), "--out", str(out), "--no-plots", "--tables", "3",
-                        "--wandb-project", "hero-analysis-test"]) == 0
+    assert (
+        report_main(
+            [str(records), "--out", str(out), "--no-plots", "--tables", "3", "--wandb-project", "hero-analysis-test"]
+        )
+        == 0
+    )
     info = json.loads((out / "summary.json").read_text())["wandb"]
     assert info["mode"] == "offline"
     assert list((tmp_path / "wandb").glob(f"offline-run-*-{info['run_id']}"))
@@ -494,8 +583,10 @@ def test_benchmark_runs_and_prints_its_figures(capsys):
 def test_outputs_root_is_searched_to_any_depth_and_a_checkpoint_directory_is_not_a_run(tmp_path):
     outputs = tmp_path / "outputs"
     write_run(outputs / "runs" / "hero-full", RunSpec(scores={"arc_easy": 0.6}, skip=0.3))
-    write_run(outputs / "multirun" / "2026-01-01_00-00-00" / "deep" / "er", RunSpec(scores={"arc_easy": 0.6}, skip=0.3,
-                                                                                  seed=43))
+    write_run(
+        outputs / "multirun" / "2026-01-01_00-00-00" / "deep" / "er",
+        RunSpec(scores={"arc_easy": 0.6}, skip=0.3, seed=43),
+    )
     ckpt = outputs / "checkpoints" / "0123456789abcdef" / "step_000003"
     ckpt.mkdir(parents=True)
     (ckpt / "trainable.safetensors").write_bytes(b"x")
@@ -524,27 +615,50 @@ def test_calibrated_variants_form_table3_at_their_target_whatever_their_alpha(tm
     to α. (With as many groups at an α, the α stays the main setting: tests/test_newcomer.py.)"""
     calibrated = {"calibration": {"target": 0.2, "tolerance": 0.005}}
     for seed in (42, 43):
-        write_run(tmp_path, RunSpec(scores=dict(TASK_BASE_SMALL), skip=0.0, method="dense", variant="dense",
-                                    alpha=0.0, seed=seed))
+        write_run(
+            tmp_path,
+            RunSpec(scores=dict(TASK_BASE_SMALL), skip=0.0, method="dense", variant="dense", alpha=0.0, seed=seed),
+        )
         for variant, alpha in (("full", 0.0065), ("no_history", 0.004), ("no_memory_read", 0.005)):
-            write_run(tmp_path, RunSpec(scores={t: v * 0.9 for t, v in TASK_BASE_SMALL.items()}, skip=0.2,
-                                        variant=variant, alpha=alpha, seed=seed, extra=calibrated))
-            for grid_alpha in ((0.002, 0.02) if variant == "full" else (0.002,) if variant == "no_history" else ()):
-                write_run(tmp_path, RunSpec(scores={t: v * 0.8 for t, v in TASK_BASE_SMALL.items()}, skip=0.1,
-                                            variant=variant, alpha=grid_alpha, seed=seed))
+            write_run(
+                tmp_path,
+                RunSpec(
+                    scores={t: v * 0.9 for t, v in TASK_BASE_SMALL.items()},
+                    skip=0.2,
+                    variant=variant,
+                    alpha=alpha,
+                    seed=seed,
+                    extra=calibrated,
+                ),
+            )
+            for grid_alpha in (0.002, 0.02) if variant == "full" else (0.002,) if variant == "no_history" else ():
+                write_run(
+                    tmp_path,
+                    RunSpec(
+                        scores={t: v * 0.8 for t, v in TASK_BASE_SMALL.items()},
+                        skip=0.1,
+                        variant=variant,
+                        alpha=grid_alpha,
+                        seed=seed,
+                    ),
+                )
     assert report_main([str(tmp_path), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     assert "target=0.2" in capsys.readouterr().out
     rows = {r["variant"]: r for r in csv.DictReader((tmp_path / "out" / "table3_ablations.csv").open())}
-    assert {v: r["alpha"] for v, r in rows.items()} == {"full": "0.0065", "no_history": "0.004",
-                                                         "no_memory_read": "0.005"}
+    assert {v: r["alpha"] for v, r in rows.items()} == {
+        "full": "0.0065",
+        "no_history": "0.004",
+        "no_memory_read": "0.005",
+    }
     assert "calibrated to 20 % skip" in (tmp_path / "out" / "table3_ablations.md").read_text()
     assert report_main([str(tmp_path), "--out", str(tmp_path / "alpha"), "--no-plots", "--main-target", "none"]) == 0
     rows = list(csv.DictReader((tmp_path / "alpha" / "table3_ablations.csv").open()))
     assert {r["alpha"] for r in rows} == {"0.002"} and {r["variant"] for r in rows} == {"full", "no_history"}
     capsys.readouterr()
     assert report_main([str(tmp_path), "--out", str(tmp_path / "bad"), "--main-target", "20"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: --main-target '20': expected a realized skip rate in (0, 1), "
-                                               "e.g. 0.2, or 'none'")
+    assert capsys.readouterr().err.strip() == (
+        "error: --main-target '20': expected a realized skip rate in (0, 1), e.g. 0.2, or 'none'"
+    )
     assert not (tmp_path / "bad").exists()
 
 

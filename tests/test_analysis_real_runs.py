@@ -1,13 +1,14 @@
 """Analysis on records produced by real pipeline runs (micro testbed), not synthetic fixtures."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from conftest import MICRO_RETAIN, compose_train
 
 from analysis.load import load_runs
 from analysis.report import main as report
-from conftest import MICRO_RETAIN, compose_train
 from hero.pipeline import run
 
 
@@ -15,10 +16,26 @@ from hero.pipeline import run
 def real_records(micro_cache, tmp_path_factory):
     """Dense baseline, full HeRo at two seeds and one ablation, each a real tiny run with evaluation."""
     root = tmp_path_factory.mktemp("real-runs")
-    base = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={root}", "logger=none",
-            "trainer.max_steps=3", "trainer.global_batch=4", "trainer.micro_batch=2", "trainer.progress=false",
-            "alpha=1e-3", "layers=all", MICRO_RETAIN]
-    jobs = [["method=dense"], ["seed=42"], ["seed=43"], ["ablation=no_history", "seed=42"], ["ablation=no_history", "seed=43"]]
+    base = [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={root}",
+        "logger=none",
+        "trainer.max_steps=3",
+        "trainer.global_batch=4",
+        "trainer.micro_batch=2",
+        "trainer.progress=false",
+        "alpha=1e-3",
+        "layers=all",
+        MICRO_RETAIN,
+    ]
+    jobs = [
+        ["method=dense"],
+        ["seed=42"],
+        ["seed=43"],
+        ["ablation=no_history", "seed=42"],
+        ["ablation=no_history", "seed=43"],
+    ]
     for i, extra in enumerate(jobs):
         run(compose_train(base + extra), run_dir=root / "runs" / str(i))
     return root
@@ -26,10 +43,17 @@ def real_records(micro_cache, tmp_path_factory):
 
 def test_report_on_real_records_names_baselines_and_reads_real_scores(real_records, tmp_path):
     out = tmp_path / "report"
-    assert report([str(real_records / "runs"), "--out", str(out), "--tables", "1,3", "--main-layer-set", "all",
-                   "--no-plots"]) == 0
-    table1 = (out / "table1_main.md").read_text() if (out / "table1_main.md").exists() else \
-        next(out.glob("table1*.md")).read_text()
+    assert (
+        report(
+            [str(real_records / "runs"), "--out", str(out), "--tables", "1,3", "--main-layer-set", "all", "--no-plots"]
+        )
+        == 0
+    )
+    table1 = (
+        (out / "table1_main.md").read_text()
+        if (out / "table1_main.md").exists()
+        else next(out.glob("table1*.md")).read_text()
+    )
     table3 = next(out.glob("table3*.md")).read_text()
     assert "dense" in table1 and "method=dense" in table1
     assert "variant=full" in table3 and "no_history" in table3
@@ -44,8 +68,11 @@ def test_every_evaluated_run_writes_the_dense_record_once_and_a_dense_run_supers
     written = list((real_records / "baselines").glob("*/results.json"))
     assert len(written) == 1  # one backbone x suite
     record = json.loads(written[0].read_text())
-    dense_run = next(json.loads(p.read_text()) for p in (real_records / "runs").rglob("results.json")
-                     if json.loads(p.read_text())["method"] == "dense")
+    dense_run = next(
+        json.loads(p.read_text())
+        for p in (real_records / "runs").rglob("results.json")
+        if json.loads(p.read_text())["method"] == "dense"
+    )
     assert record["origin"] == "baseline_cache" and record["baseline_key"] == dense_run["baseline_key"]
     assert record["eval"] == dense_run["eval"] and record["skip"]["param_rate"] == 0.0
     alone = load_runs([real_records / "baselines"]).records.collect()

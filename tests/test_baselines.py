@@ -1,5 +1,6 @@
 """Table 1's baselines (hero.baselines): each method's definition, single-branch execution, the pipeline,
 and calibration of each cost knob."""
+
 from __future__ import annotations
 
 import json
@@ -10,16 +11,16 @@ import optuna
 import polars as pl
 import pytest
 import torch
+from conftest import MICRO_RETAIN, compose_train
 from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import MICRO_RETAIN, compose_train
 from hero.baselines import random_skip, skipgpt, static_drop
-from hero.methods import METHODS
-from hero.methods import static_drop as static_drop_method
 from hero.baselines.attach import attach_policy
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.errors import ConfigError
+from hero.methods import METHODS
+from hero.methods import static_drop as static_drop_method
 from hero.model import last_records, routed_blocks, routing_trace
 from hero.objectives import SkipMeter
 from hero.pipeline import run, validate
@@ -31,8 +32,15 @@ LAYERS = [0, 1, 2, 3]
 def tiny_llama(seed: int = 0, layers: int = 4) -> LlamaForCausalLM:
     """A random Llama (nothing downloaded): 4 layers, hidden 32."""
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -45,10 +53,13 @@ def tokens(seed: int = 1, batch: int = 4, length: int = 24) -> tuple[torch.Tenso
 
 
 def attach(model, name: str, adapter: bool = False, layers=LAYERS, **kwargs):
-    factory = {"skipgpt_rt": partial(skipgpt.SkipGPTRouter, temperature=kwargs.get("temperature", 1.0),
-                                     bias_init=kwargs.get("bias_init", 0.0)),
-               "random_skip": partial(random_skip.RandomPolicy, p=kwargs.get("p", 0.3)),
-               "static_drop": partial(static_drop.StaticPolicy, removed_blocks=kwargs.get("removed", ()))}[name]
+    factory = {
+        "skipgpt_rt": partial(
+            skipgpt.SkipGPTRouter, temperature=kwargs.get("temperature", 1.0), bias_init=kwargs.get("bias_init", 0.0)
+        ),
+        "random_skip": partial(random_skip.RandomPolicy, p=kwargs.get("p", 0.3)),
+        "static_drop": partial(static_drop.StaticPolicy, removed_blocks=kwargs.get("removed", ())),
+    }[name]
     return attach_policy(model, layers, name, {}, factory, adapter=adapter)
 
 
@@ -59,10 +70,16 @@ class RowCounter:
         self.ffn, self.adapter = {}, {}
         self.handles = []
         for block in routed_blocks(model):
-            self.handles.append(block.base_layer.mlp.register_forward_pre_hook(
-                lambda _m, args, layer=block.layer: self._add(self.ffn, layer, args[0])))
-            self.handles.append(block.adapter.register_forward_pre_hook(
-                lambda _m, args, layer=block.layer: self._add(self.adapter, layer, args[0])))
+            self.handles.append(
+                block.base_layer.mlp.register_forward_pre_hook(
+                    lambda _m, args, layer=block.layer: self._add(self.ffn, layer, args[0])
+                )
+            )
+            self.handles.append(
+                block.adapter.register_forward_pre_hook(
+                    lambda _m, args, layer=block.layer: self._add(self.adapter, layer, args[0])
+                )
+            )
 
     @staticmethod
     def _add(store: dict, layer: int, x: torch.Tensor) -> None:
@@ -97,8 +114,11 @@ def test_skipgpt_router_gradient_is_the_straight_through_estimate_for_every_toke
         model.hero_router.routers[0].weight.normal_(0.0, 1.0)  # a mix of executed and skipped tokens
     softs = []
     real = skipgpt.straight_through_gate
-    monkeypatch.setattr(skipgpt, "straight_through_gate",
-                        lambda logits, temperature: (lambda out: softs.append(out[1]) or out)(real(logits, temperature)))
+    monkeypatch.setattr(
+        skipgpt,
+        "straight_through_gate",
+        lambda logits, temperature: (lambda out: softs.append(out[1]) or out)(real(logits, temperature)),
+    )
     block = routed_blocks(model)[0]
     ffn_out, h_out = [], []
     block.base_layer.mlp.register_forward_hook(lambda _m, _a, out: ffn_out.append(out))
@@ -161,8 +181,10 @@ def test_sparsity_loss_is_the_squared_gap_of_the_mean_execution_ratio():
 def independent_block_influence(model, ids, mask) -> dict[int, float]:
     """BI from the hidden states HF returns (layer outputs) and the attention outputs: h̄ = h_in + attn."""
     attn = {}
-    hooks = [layer.self_attn.register_forward_hook(lambda _m, _a, out, i=i: attn.__setitem__(i, out[0]))
-             for i, layer in enumerate(model.model.layers)]
+    hooks = [
+        layer.self_attn.register_forward_hook(lambda _m, _a, out, i=i: attn.__setitem__(i, out[0]))
+        for i, layer in enumerate(model.model.layers)
+    ]
     with torch.no_grad():
         states = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     for h in hooks:
@@ -189,8 +211,9 @@ def forced_influence_model() -> LlamaForCausalLM:
 
 
 def static_cfg(k: int):
-    return OmegaConf.create({"method": {"name": "static_drop", "k": k, "calibration_samples": 4},
-                             "layers": {"name": "all"}})
+    return OmegaConf.create(
+        {"method": {"name": "static_drop", "k": k, "calibration_samples": 4}, "layers": {"name": "all"}}
+    )
 
 
 def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
@@ -253,7 +276,8 @@ def test_random_skip_rate_lies_in_a_binomial_interval_of_p_and_follows_the_seed(
 def test_random_skip_trains_adapters_single_branch_also_in_training():
     model = attach(tiny_llama(), "random_skip", adapter=True, p=0.4)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == {
-        f"model.layers.{i}.adapter.{w}.weight" for i in LAYERS for w in ("W1", "W2")}
+        f"model.layers.{i}.adapter.{w}.weight" for i in LAYERS for w in ("W1", "W2")
+    }
     counter = RowCounter(model)
     ids, mask = tokens()
     model.train()
@@ -268,8 +292,9 @@ def test_random_skip_trains_adapters_single_branch_also_in_training():
 # ----------------------------------------------------------------------------- every method
 
 
-@pytest.mark.parametrize("name, kwargs", [("skipgpt_rt", {}), ("static_drop", {"removed": (2, 4)}),
-                                          ("random_skip", {"p": 0.5})])
+@pytest.mark.parametrize(
+    "name, kwargs", [("skipgpt_rt", {}), ("static_drop", {"removed": (2, 4)}), ("random_skip", {"p": 0.5})]
+)
 def test_single_branch_at_inference_the_skipped_ffn_never_runs(name, kwargs):
     model = attach(tiny_llama(), name, **kwargs)
     if name == "skipgpt_rt":
@@ -295,13 +320,19 @@ def test_single_branch_at_inference_the_skipped_ffn_never_runs(name, kwargs):
 # ----------------------------------------------------------------------------- config and pipeline
 
 
-@pytest.mark.parametrize("args, message", [
-    (["method=random_skip", "method.p=1.5"], "method.p=1.5: random_skip needs a number in [0, 1] or 'calibrated'"),
-    (["method=skipgpt_rt", "method.target_ratio=1.0"], "method.target_ratio=1.0: skipgpt_rt needs a number in [0, 1)"),
-    (["method=static_drop", "method.k=-1"], "method.k=-1: static_drop removes k ≥ 0 routable FFNs"),
-    (["method=skipgpt_rt", "method.temperature=0"], "method.temperature=0: must be positive"),
-    (["method=random_skip", "method.adapter=maybe"], "method.adapter='maybe': must be true or false"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["method=random_skip", "method.p=1.5"], "method.p=1.5: random_skip needs a number in [0, 1] or 'calibrated'"),
+        (
+            ["method=skipgpt_rt", "method.target_ratio=1.0"],
+            "method.target_ratio=1.0: skipgpt_rt needs a number in [0, 1)",
+        ),
+        (["method=static_drop", "method.k=-1"], "method.k=-1: static_drop removes k ≥ 0 routable FFNs"),
+        (["method=skipgpt_rt", "method.temperature=0"], "method.temperature=0: must be positive"),
+        (["method=random_skip", "method.adapter=maybe"], "method.adapter='maybe': must be true or false"),
+    ],
+)
 def test_bad_baseline_values_fail_before_any_compute(args, message):
     with pytest.raises(ConfigError) as err:
         validate(compose_train(args))
@@ -313,8 +344,11 @@ def _record(path) -> dict:
 
 
 def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
-    for name, extra in (("skipgpt_rt", ["method.target_ratio=0.5"]), ("static_drop", ["method.k=1"]),
-                        ("random_skip", ["method.p=0.5", "method.adapter=false"])):
+    for name, extra in (
+        ("skipgpt_rt", ["method.target_ratio=0.5"]),
+        ("static_drop", ["method.k=1"]),
+        ("random_skip", ["method.p=0.5", "method.adapter=false"]),
+    ):
         run(compose_train(micro_overrides + [f"method={name}", "eval=none", *extra]), run_dir=tmp_path / name)
         record = _record(tmp_path / name)
         assert record["method"] == record["variant"] == name and record["baseline"]["deviations"] is not None
@@ -331,8 +365,10 @@ def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
 
 
 def test_random_skip_with_adapters_trains_and_scores_against_dense(micro_overrides, tmp_path):
-    run(compose_train(micro_overrides + ["method=random_skip", "method.p=0.5", "eval.limit=8", MICRO_RETAIN]),
-        run_dir=tmp_path / "r")
+    run(
+        compose_train(micro_overrides + ["method=random_skip", "method.p=0.5", "eval.limit=8", MICRO_RETAIN]),
+        run_dir=tmp_path / "r",
+    )
     record = _record(tmp_path / "r")
     assert record["train"]["steps"] == 3 and record["router_params"]["trainable"] > 0
     assert record["retain"]["baseline"] == "dense" and record["retain"]["value"] > 0
@@ -345,11 +381,21 @@ def _calibrate(args):
 
 
 def test_calibrate_random_skip_and_static_drop_then_train_at_the_calibrated_knob(micro_cache, tmp_path, capsys):
-    common = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "trainer.progress=false",
-              "trainer.max_steps=2", "trainer.global_batch=2", "trainer.micro_batch=2", "trainer.num_threads=1"]
+    common = [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={tmp_path}",
+        "trainer.progress=false",
+        "trainer.max_steps=2",
+        "trainer.global_batch=2",
+        "trainer.micro_batch=2",
+        "trainer.num_threads=1",
+    ]
     assert _calibrate(["method=random_skip", "method.adapter=false", "target_skip=0.1", *common]) == 0
     assert _calibrate(["method=static_drop", "target_skip=0.198", *common]) == 0
-    entries = {e["variant"]: e for e in json.loads((tmp_path / "calibration" / "calibration.json").read_text())["entries"]}
+    entries = {
+        e["variant"]: e for e in json.loads((tmp_path / "calibration" / "calibration.json").read_text())["entries"]
+    }
     assert entries["random_skip"]["knob"] == "p" and abs(entries["random_skip"]["realized_skip"] - 0.1) <= 0.005
     assert 0.4 < entries["random_skip"]["value"] < 0.6 and entries["random_skip"]["trials"] <= 3
     assert entries["static_drop"]["knob"] == "k" and entries["static_drop"]["value"] == 1
@@ -357,8 +403,16 @@ def test_calibrate_random_skip_and_static_drop_then_train_at_the_calibrated_knob
     # a target between two whole k is reported as a jump, not searched forever
     assert _calibrate(["method=static_drop", "target_skip=0.1", *common]) == 1
     assert "skip jumps from 0.0000 at k=0 to 0.1995 at k=1" in capsys.readouterr().out
-    cfg = compose_train(common + ["method=random_skip", "method.adapter=false", "method.p=calibrated",
-                                  "calibration.target_skip=0.1", "eval=none"])
+    cfg = compose_train(
+        common
+        + [
+            "method=random_skip",
+            "method.adapter=false",
+            "method.p=calibrated",
+            "calibration.target_skip=0.1",
+            "eval=none",
+        ]
+    )
     run(cfg, run_dir=tmp_path / "final")
     record = _record(tmp_path / "final")
     assert record["knob"] == entries["random_skip"]["value"] and record["baseline"]["knob"]["calibrated"]
@@ -386,8 +440,12 @@ def run_knob(sampler, distribution, response, target, tolerance=0.005, budget=12
 
 def test_monotone_sampler_on_an_integer_knob_and_a_linear_one():
     per_layer = 0.0219  # one Llama-3.1-8B FFN: 176 M of 8.03 B parameters
-    ks = run_knob(MonotoneSampler(x0=2.0, step=1.0, param="k"), optuna.distributions.IntDistribution(0, 16),
-                  lambda k: k * per_layer, 0.2)
+    ks = run_knob(
+        MonotoneSampler(x0=2.0, step=1.0, param="k"),
+        optuna.distributions.IntDistribution(0, 16),
+        lambda k: k * per_layer,
+        0.2,
+    )
     assert ks[-1] == 9 and all(isinstance(k, int) for k in ks) and len(ks) <= 5 and len(set(ks)) == len(ks)
     ceiling = 0.35
     response = lambda p: p * ceiling + 0.004 * math.sin(20 * p)  # noqa: E731 - skip ≈ p · ceiling, not exactly
@@ -406,9 +464,9 @@ def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp
     from analysis.curves import curve_points, curves
     from analysis.load import load_runs
     from analysis.retain import resolve_baselines, with_retain
+    from analysis.synthetic import RunSpec, make_record
     from analysis.tables import build_table, paper_tables
     from hero.results import RESULTS_FILENAME, write_atomic
-    from analysis.synthetic import RunSpec, make_record
 
     dense = {"arc_easy": 0.8, "boolq": 0.6}
     specs = [RunSpec(dense, 0.0, method="dense", variant="dense", alpha=0.0)]
@@ -417,9 +475,18 @@ def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp
             for seed in (42, 43):
                 scores = {t: s * (1 - 0.3 * value / max(values)) for t, s in dense.items()}
                 config = {"model": {"name": "tiny"}, "method": {"name": name, knob: value}, "seed": seed}
-                specs.append(RunSpec(scores, 0.1 * value / max(values), method=name, variant=name, alpha=0.0, seed=seed,
-                                     extra={"knob": value, "knob_name": knob, "config": config},
-                                     run_name=f"{name}-{value}-{seed}"))
+                specs.append(
+                    RunSpec(
+                        scores,
+                        0.1 * value / max(values),
+                        method=name,
+                        variant=name,
+                        alpha=0.0,
+                        seed=seed,
+                        extra={"knob": value, "knob_name": knob, "config": config},
+                        run_name=f"{name}-{value}-{seed}",
+                    )
+                )
     for spec in specs:
         write_atomic(tmp_path / spec.name / RESULTS_FILENAME, make_record(spec))
     runs = load_runs([tmp_path])
@@ -427,8 +494,12 @@ def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp
     assert runs.problems.height == 0
     table = build_table(frame, paper_tables()[0], runs.tasks)
     rows = table.stats.filter(pl.col("method") != "dense").sort("method", "knob")
-    assert rows.select("method", "knob", "n").rows() == [("random_skip", 0.3, 2), ("random_skip", 0.6, 2),
-                                                          ("static_drop", 1.0, 2), ("static_drop", 2.0, 2)]
+    assert rows.select("method", "knob", "n").rows() == [
+        ("random_skip", 0.3, 2),
+        ("random_skip", 0.6, 2),
+        ("static_drop", 1.0, 2),
+        ("static_drop", 2.0, 2),
+    ]
     assert rows["skip.mean"].to_list() == pytest.approx([5.0, 10.0, 5.0, 10.0])
     assert "Knob" in table.display().columns and "Skip %" in table.display().columns
     scored = with_retain(frame, resolve_baselines(frame, "method=dense", "--curve-baseline", runs.tasks))
@@ -438,6 +509,7 @@ def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp
 
 def test_random_skip_inference_draws_follow_the_run_seed_even_after_a_global_reseed():
     """lm-eval reseeds the global RNG before every task; evaluation routing must still differ between run seeds."""
+
     def evaluated(seed: int) -> torch.Tensor:
         model = attach(tiny_llama(), "random_skip", p=0.4)
         model.hero_router.seed = seed

@@ -1,4 +1,5 @@
 """hero.bench: FLOP model, forced routing policy, fast path = reference path, cached generation, CLI smoke."""
+
 from __future__ import annotations
 
 import json
@@ -13,16 +14,23 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import hero
+import hero.model.block as block_module
 from hero.bench import flops, traffic
 from hero.bench.runner import ForcedSkip, SkipCount, routed_twin
-import hero.model.block as block_module
 from hero.model.attach import is_hero_parameter
 from hero.model.block import RoutedDecoderLayer
 from hero.model.config import RouterConfig
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=160, num_hidden_layers=6, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=128)
+SMALL = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
 
 
 def small_routed(seed: int = 0):
@@ -83,15 +91,42 @@ def test_bytes_model_by_hand():
     assert dense == (2 * 576 + 80 + 24 + 2 * 80) * 2 == 2832
     assert traffic.dense_bytes(TOY, tokens=3, kv_read=7, logits=0, elem=2) == dense - 160
     # 2 routable blocks: FFN weights read in 0.5 of them on average, adapter (r = 2) in both, router of 100 params
-    b = traffic.breakdown(TOY, 3, 7, 1, 2, num_routable=2, ffn_blocks=0.5, adapter_blocks=2, adapter_dim=2,
-                          adapter_elem=4, router_params=100, memory_dim=4)
+    b = traffic.breakdown(
+        TOY,
+        3,
+        7,
+        1,
+        2,
+        num_routable=2,
+        ffn_blocks=0.5,
+        adapter_blocks=2,
+        adapter_dim=2,
+        adapter_elem=4,
+        router_params=100,
+        memory_dim=4,
+    )
     assert b["ffn_saved"] == 1.5 * 384 * 2 and b["adapter"] == 2 * 2 * 8 * 2 * 4
     assert b["router"] == 2 * (100 + 3 * 56) * 4
     assert b["routed"] == dense - b["ffn_saved"] + b["adapter"] + b["router"]
     assert b["ideal_speedup"] == pytest.approx(dense / b["routed"])
     # every block reads its FFN: no saving, the ideal falls below 1
-    assert traffic.breakdown(TOY, 3, 7, 1, 2, num_routable=2, ffn_blocks=2, adapter_blocks=2, adapter_dim=2,
-                             adapter_elem=4, router_params=100, memory_dim=4)["ideal_speedup"] < 1
+    assert (
+        traffic.breakdown(
+            TOY,
+            3,
+            7,
+            1,
+            2,
+            num_routable=2,
+            ffn_blocks=2,
+            adapter_blocks=2,
+            adapter_dim=2,
+            adapter_elem=4,
+            router_params=100,
+            memory_dim=4,
+        )["ideal_speedup"]
+        < 1
+    )
 
 
 def test_shape_from_llama_config():
@@ -196,7 +231,7 @@ def run_both_paths(model, ids, mask, policy, steps: int):
                 logits = model(input_ids=nxt, attention_mask=mask, cache=cache, use_cache=True).logits.detach()
                 step_logits.append(logits)
         out[name] = (step_logits, tokens)
-        mask = mask[:, :ids.shape[1]]
+        mask = mask[:, : ids.shape[1]]
     return out
 
 
@@ -225,16 +260,20 @@ def test_ffn_padding_changes_the_kernel_not_the_math():
     model = small_routed()
     ids = torch.randint(0, SMALL["vocab_size"], (6, 4), generator=torch.Generator().manual_seed(2))
     seen, expected = [], []
-    hooks = [b.base_layer.mlp.register_forward_hook(lambda m, inp, out: seen.append(inp[0].shape[0]))
-             for b in hero.routed_blocks(model)]
+    hooks = [
+        b.base_layer.mlp.register_forward_hook(lambda m, inp, out: seen.append(inp[0].shape[0]))
+        for b in hero.routed_blocks(model)
+    ]
     with torch.no_grad(), hero.forced_routing(model, ForcedSkip(0.6)):
         cache = model(input_ids=ids, use_cache=True).cache
         for t in range(5):  # decode steps of 6 rows at 60 % skip: 2 or 3 FFN rows per block
-            model(input_ids=ids[:, t % 4:t % 4 + 1], cache=cache, use_cache=True)
-            expected += [4 if 1 < k < 4 else k for k in (int(r.ffn_executed.sum()) for r in hero.last_records(model)) if k]
+            model(input_ids=ids[:, t % 4 : t % 4 + 1], cache=cache, use_cache=True)
+            expected += [
+                4 if 1 < k < 4 else k for k in (int(r.ffn_executed.sum()) for r in hero.last_records(model)) if k
+            ]
     for h in hooks:
         h.remove()
-    assert 4 in expected and seen[-len(expected):] == expected
+    assert 4 in expected and seen[-len(expected) :] == expected
     out = run_both_paths(model, ids, torch.ones_like(ids), 0.6, steps=5)
     (fast, fast_tokens), (ref, ref_tokens) = out["inference"], out["reference"]
     assert torch.equal(fast_tokens, ref_tokens)
@@ -290,9 +329,23 @@ def test_routed_twin_shares_the_backbone():
 # ---------------------------------------------------------------------------------------------- CLI smoke
 def test_cli_smoke_writes_valid_records(tmp_path):
     out = tmp_path / "bench"
-    cmd = [sys.executable, "-m", "hero.bench", "shape=tiny", "prefill.seq=[16]", "prefill.batch=[1,2]",
-           "prefill.repeats=1", "prefill.warmup=0", "decode.batch=[1]", "decode.prompt=4", "decode.steps=3",
-           "decode.repeats=1", "decode.warmup=0", "router.ffn_skip=0.5", f"out_dir={out}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hero.bench",
+        "shape=tiny",
+        "prefill.seq=[16]",
+        "prefill.batch=[1,2]",
+        "prefill.repeats=1",
+        "prefill.warmup=0",
+        "decode.batch=[1]",
+        "decode.prompt=4",
+        "decode.steps=3",
+        "decode.repeats=1",
+        "decode.warmup=0",
+        "router.ffn_skip=0.5",
+        f"out_dir={out}",
+    ]
     env = dict(os.environ, HERO_OUTPUTS=str(tmp_path), WANDB_MODE="disabled")
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -330,9 +383,32 @@ def test_overhead_rows_carry_both_floors_of_the_router_cost(tmp_path):
     from hero.bench import overhead
 
     out = tmp_path / "overhead.json"
-    argv = ["--hidden", "64", "--layers", "4", "--intermediate", "160", "--heads", "4", "--vocab", "128",
-            "--shapes", "1x16", "--decode", "2", "--prompt", "5", "--steps", "3", "--repeats", "1", "--warmup", "0",
-            "--json", str(out)]
+    argv = [
+        "--hidden",
+        "64",
+        "--layers",
+        "4",
+        "--intermediate",
+        "160",
+        "--heads",
+        "4",
+        "--vocab",
+        "128",
+        "--shapes",
+        "1x16",
+        "--decode",
+        "2",
+        "--prompt",
+        "5",
+        "--steps",
+        "3",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        str(out),
+    ]
     overhead.main(argv)  # exit code: whether the goal was met, which a machine this small cannot promise
     rows = {r["phase"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"prefill", "decode"}

@@ -1,5 +1,6 @@
 """α calibration: the monotone sampler, storages and masking, the calibration file, real calibrations
 on the micro testbed (two variants, kill + resume, the file feeding a seeded multirun), clear errors."""
+
 from __future__ import annotations
 
 import json
@@ -13,19 +14,30 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import REPO, compose_train
 from omegaconf import OmegaConf
 
-from conftest import REPO, compose_train
-from hero.calibration_file import CalibrationLookupError, calibrated_alpha, finished_entry, setup_hash, setup_of, \
-    write_entry
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec
+from hero.calibration_file import (
+    CalibrationLookupError,
+    calibrated_alpha,
+    finished_entry,
+    setup_hash,
+    setup_of,
+    write_entry,
+)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 # Trial settings on the micro testbed where α matters within seconds (docs/calibration/README.md).
-MICRO_TRIAL = ["trainer.max_steps=40", "trainer.global_batch=8", "trainer.micro_batch=8", "trainer.lr=1e-3",
-               "trainer.num_threads=1"]
+MICRO_TRIAL = [
+    "trainer.max_steps=40",
+    "trainer.global_batch=8",
+    "trainer.micro_batch=8",
+    "trainer.lr=1e-3",
+    "trainer.num_threads=1",
+]
 
 
 def logistic_skip(alpha: float, mid: float = 1e-3, width: float = 0.4, ceiling: float = 0.25) -> float:
@@ -75,7 +87,7 @@ def test_parallel_proposals_are_spread_inside_the_bracket():
         proposals.append(sampler.propose(points, 0.1, proposals, (-6.0, 1.0)))
     assert len(set(proposals)) == 3
     assert all(-4.0 < x < -2.0 for x in proposals)
-    assert min(abs(a - b) for i, a in enumerate(proposals) for b in proposals[i + 1:]) >= 2.0 / 8 - 1e-9
+    assert min(abs(a - b) for i, a in enumerate(proposals) for b in proposals[i + 1 :]) >= 2.0 / 8 - 1e-9
 
 
 def test_extrapolation_past_the_explored_range_steps_as_far_as_the_secant_says():
@@ -104,8 +116,12 @@ def test_storage_urls_and_password_masking(tmp_path, monkeypatch):
     study = optuna.create_study(study_name="j", storage=open_storage(journal))
     study.enqueue_trial({"x": 1.0})
     assert optuna.load_study(study_name="j", storage=open_storage(journal)).trials[0].state.name == "WAITING"
-    rdb = storage_spec(OmegaConf.create({"kind": "rdb", "url": "postgresql+psycopg2://me@127.0.0.1:1/none",
-                                         "password_env": "HERO_TEST_PW"}), tmp_path)
+    rdb = storage_spec(
+        OmegaConf.create(
+            {"kind": "rdb", "url": "postgresql+psycopg2://me@127.0.0.1:1/none", "password_env": "HERO_TEST_PW"}
+        ),
+        tmp_path,
+    )
     with pytest.raises(StorageConfigError) as err:
         open_storage(rdb)
     assert "s3cr3t" not in str(err.value) and "cannot open postgresql+psycopg2://me@127.0.0.1:1/none" in str(err.value)
@@ -119,38 +135,80 @@ def test_storage_urls_and_password_masking(tmp_path, monkeypatch):
 def test_calibration_file_lookup_and_clear_errors(tmp_path):
     path = tmp_path / "cal.json"
     cfg = compose_train([f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.25"])
-    with pytest.raises(CalibrationLookupError, match=r"has no α for variant=full target_skip=0.25 .* it holds: nothing"):
+    with pytest.raises(
+        CalibrationLookupError, match=r"has no α for variant=full target_skip=0.25 .* it holds: nothing"
+    ):
         calibrated_alpha(cfg)
     setup = setup_of(cfg)
-    entry = {"backbone": "tiny", "layer_set": "second_half", "variant": "full", "target_skip": 0.25, "alpha": 0.004,
-             "realized_skip": 0.251, "tolerance": 0.005, "trials": 4, "study": "s", "trial_steps": 150,
-             "setup_hash": setup_hash(setup), "setup": setup}
+    entry = {
+        "backbone": "tiny",
+        "layer_set": "second_half",
+        "variant": "full",
+        "target_skip": 0.25,
+        "alpha": 0.004,
+        "realized_skip": 0.251,
+        "tolerance": 0.005,
+        "trials": 4,
+        "study": "s",
+        "trial_steps": 150,
+        "setup_hash": setup_hash(setup),
+        "setup": setup,
+    }
     write_entry(path, entry)
     other = setup_of(compose_train(["ablation=no_history"]))
-    write_entry(path, {**entry, "variant": "no_history", "alpha": 0.007, "setup": other, "setup_hash": setup_hash(other)})
+    write_entry(
+        path, {**entry, "variant": "no_history", "alpha": 0.007, "setup": other, "setup_hash": setup_hash(other)}
+    )
     assert calibrated_alpha(cfg) == 0.004
-    assert calibrated_alpha(compose_train([f"calibration.file={path}", "alpha=calibrated", "ablation=no_history",
-                                           "calibration.target_skip=0.25"])) == 0.007
+    assert (
+        calibrated_alpha(
+            compose_train(
+                [f"calibration.file={path}", "alpha=calibrated", "ablation=no_history", "calibration.target_skip=0.25"]
+            )
+        )
+        == 0.007
+    )
     with pytest.raises(CalibrationLookupError, match=r"it holds: full@0.25 \(tiny, second_half\); no_history@0.25"):
         calibrated_alpha(compose_train([f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.2"]))
     with pytest.raises(CalibrationLookupError, match=r"different setup: router.memory_dim \(64 there, 128 here\)"):
-        calibrated_alpha(compose_train([f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.25",
-                                        "router.memory_dim=128"]))
+        calibrated_alpha(
+            compose_train(
+                [
+                    f"calibration.file={path}",
+                    "alpha=calibrated",
+                    "calibration.target_skip=0.25",
+                    "router.memory_dim=128",
+                ]
+            )
+        )
 
 
 def test_finished_entry_needs_the_same_key_setup_seed_trial_length_and_tolerance(tmp_path):
     path = tmp_path / "cal.json"
     setup = setup_of(compose_train([]))
-    entry = {"backbone": "tiny", "layer_set": "second_half", "variant": "full", "target_skip": 0.06, "alpha": 0.001,
-             "realized_skip": 0.0627, "abs_error": 0.0027, "tolerance": 0.005, "trials": 1, "study": "s", "seed": 42,
-             "trial_steps": 90, "setup_hash": setup_hash(setup), "setup": setup}
+    entry = {
+        "backbone": "tiny",
+        "layer_set": "second_half",
+        "variant": "full",
+        "target_skip": 0.06,
+        "alpha": 0.001,
+        "realized_skip": 0.0627,
+        "abs_error": 0.0027,
+        "tolerance": 0.005,
+        "trials": 1,
+        "study": "s",
+        "seed": 42,
+        "trial_steps": 90,
+        "setup_hash": setup_hash(setup),
+        "setup": setup,
+    }
     write_entry(path, entry)
     key = {k: entry[k] for k in ("backbone", "layer_set", "variant", "target_skip")}
     assert finished_entry(path, key, setup_hash(setup), 42, 90, 0.005)["alpha"] == 0.001
     assert finished_entry(tmp_path / "none.json", key, setup_hash(setup), 42, 90, 0.005) is None
     assert finished_entry(path, {**key, "variant": "no_history"}, setup_hash(setup), 42, 90, 0.005) is None
     assert finished_entry(path, {**key, "target_skip": 0.2}, setup_hash(setup), 42, 90, 0.005) is None
-    assert finished_entry(path, key, "0" * 12, 42, 90, 0.005) is None           # another router / recipe
+    assert finished_entry(path, key, "0" * 12, 42, 90, 0.005) is None  # another router / recipe
     assert finished_entry(path, key, setup_hash(setup), 43, 90, 0.005) is None  # calibrated at another seed
     assert finished_entry(path, key, setup_hash(setup), 42, 45, 0.005) is None  # shortened trials
     assert finished_entry(path, key, setup_hash(setup), 42, 90, 0.002) is None  # a tighter tolerance
@@ -188,11 +246,31 @@ class FakeExecutor:
 def test_trials_run_asynchronously_a_new_one_starts_when_a_slot_frees(tmp_path):
     from hero.calibration.study import Calibration, Plan
 
-    ccfg = OmegaConf.create({"parallel": 2, "tolerance": 0.005, "max_trials": 12, "alpha_bounds": [1e-6, 10.0],
-                             "sampler": "monotone", "poll_s": 0, "storage": {"grace_s": 60, "max_retry": 1}})
+    ccfg = OmegaConf.create(
+        {
+            "parallel": 2,
+            "tolerance": 0.005,
+            "max_trials": 12,
+            "alpha_bounds": [1e-6, 10.0],
+            "sampler": "monotone",
+            "poll_s": 0,
+            "storage": {"grace_s": 60, "max_retry": 1},
+        }
+    )
     cfg = compose_train([f"paths.root={tmp_path}"])
-    plans = [Plan(name=f"p{t}", variant="full", target=t, cfg=cfg, steps=3, full_steps=3, max_param_rate=0.25,
-                  meta={"slug": f"p{t}"}) for t in (0.05, 0.15)]
+    plans = [
+        Plan(
+            name=f"p{t}",
+            variant="full",
+            target=t,
+            cfg=cfg,
+            steps=3,
+            full_steps=3,
+            max_param_rate=0.25,
+            meta={"slug": f"p{t}"},
+        )
+        for t in (0.05, 0.15)
+    ]
     executor = FakeExecutor()
     storage = open_storage(storage_spec(OmegaConf.create({"kind": "sqlite"}), tmp_path))
     outcomes = Calibration(plans, storage, executor, ccfg, str(tmp_path / "trials"), log=lambda _: None).run()
@@ -214,14 +292,20 @@ def _calibrate_main():
 
 
 def _micro(root: Path, micro_cache: Path) -> list[str]:
-    return ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={root}", "trainer.progress=false",
-            *MICRO_TRIAL]
+    return [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={root}",
+        "trainer.progress=false",
+        *MICRO_TRIAL,
+    ]
 
 
 def _cli(script: str, args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, str(REPO / script), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -235,8 +319,9 @@ def two_variants(micro_cache, tmp_path_factory):
     """
     root = tmp_path_factory.mktemp("calibrated")
     start = time.time()
-    code = _calibrate_main()(["ablation=full,no_history", "target_skip=0.1", "calibration.tolerance=0.05",
-                              *_micro(root, micro_cache)])
+    code = _calibrate_main()(
+        ["ablation=full,no_history", "target_skip=0.1", "calibration.tolerance=0.05", *_micro(root, micro_cache)]
+    )
     return root, code, time.time() - start
 
 
@@ -260,26 +345,51 @@ def test_rerun_keeps_what_the_calibration_file_holds(two_variants, micro_cache):
     root, _, _ = two_variants
     path = root / "calibration" / "calibration.json"
     before = path.read_bytes()
-    trials = {e["study"]: len(optuna.load_study(study_name=e["study"], storage=f"sqlite:///{root}/calibration/optuna.db")
-                              .trials) for e in json.loads(before)["entries"]}
-    proc = _cli("calibrate.py", ["ablation=full,no_history", "target_skip=0.1", "calibration.tolerance=0.05",
-                                 *_micro(root, micro_cache)], root)
+    trials = {
+        e["study"]: len(
+            optuna.load_study(study_name=e["study"], storage=f"sqlite:///{root}/calibration/optuna.db").trials
+        )
+        for e in json.loads(before)["entries"]
+    }
+    proc = _cli(
+        "calibrate.py",
+        ["ablation=full,no_history", "target_skip=0.1", "calibration.tolerance=0.05", *_micro(root, micro_cache)],
+        root,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "kept full@0.1: alpha=" in proc.stdout and "kept no_history@0.1: alpha=" in proc.stdout
     assert "started" not in proc.stdout and path.read_bytes() == before
     for study, count in trials.items():
-        assert len(optuna.load_study(study_name=study, storage=f"sqlite:///{root}/calibration/optuna.db").trials) == count
+        assert (
+            len(optuna.load_study(study_name=study, storage=f"sqlite:///{root}/calibration/optuna.db").trials) == count
+        )
 
 
 def test_calibration_file_feeds_a_seeded_multirun(two_variants, micro_cache):
     root, _, _ = two_variants
     entries = {e["variant"]: e for e in json.loads((root / "calibration" / "calibration.json").read_text())["entries"]}
-    proc = _cli("train.py", ["-m", "ablation=full,no_history", "seed=42,43", "alpha=calibrated",
-                             "calibration.target_skip=0.1", "logger=none", "eval=none", *_micro(root, micro_cache)], root)
+    proc = _cli(
+        "train.py",
+        [
+            "-m",
+            "ablation=full,no_history",
+            "seed=42,43",
+            "alpha=calibrated",
+            "calibration.target_skip=0.1",
+            "logger=none",
+            "eval=none",
+            *_micro(root, micro_cache),
+        ],
+        root,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(p.read_text()) for p in (root / "multirun").rglob("results.json")]
-    assert sorted((r["variant"], r["seed"]) for r in records) == [("full", 42), ("full", 43), ("no_history", 42),
-                                                                  ("no_history", 43)]
+    assert sorted((r["variant"], r["seed"]) for r in records) == [
+        ("full", 42),
+        ("full", 43),
+        ("no_history", 42),
+        ("no_history", 43),
+    ]
     for r in records:
         assert r["alpha"] == entries[r["variant"]]["alpha"]
         report = r["calibration"]
@@ -289,11 +399,24 @@ def test_calibration_file_feeds_a_seeded_multirun(two_variants, micro_cache):
     # The same multirun elsewhere, through the HeRo launcher, finds these records by config hash and runs nothing:
     # the plan hashes the calibrated α as the pipeline does (it used to hash the word "calibrated").
     fresh = root / "elsewhere"
-    proc = _cli("train.py", ["-m", "ablation=full,no_history", "seed=42,43", "alpha=calibrated",
-                             "calibration.target_skip=0.1", "logger=none", "eval=none", *_micro(fresh, micro_cache),
-                             f"calibration.file={root / 'calibration' / 'calibration.json'}", "hydra/launcher=hero_local",
-                             f"hydra.sweep.dir={fresh / 'sweep'}", f"hydra.launcher.records_root={root / 'multirun'}"],
-                root)
+    proc = _cli(
+        "train.py",
+        [
+            "-m",
+            "ablation=full,no_history",
+            "seed=42,43",
+            "alpha=calibrated",
+            "calibration.target_skip=0.1",
+            "logger=none",
+            "eval=none",
+            *_micro(fresh, micro_cache),
+            f"calibration.file={root / 'calibration' / 'calibration.json'}",
+            "hydra/launcher=hero_local",
+            f"hydra.sweep.dir={fresh / 'sweep'}",
+            f"hydra.launcher.records_root={root / 'multirun'}",
+        ],
+        root,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads(next((fresh / "sweep" / "manifests").glob("*.json")).read_text())
     assert (manifest["n_skipped"], manifest["n_submitted"]) == (4, 0)
@@ -313,12 +436,22 @@ def _study_states(db: Path) -> list[tuple[str, float]]:
 
 
 def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
-    args = ["ablation=full", "target_skip=0.1", "calibration.tolerance=0.05", "calibration.max_trials=3",
-            *_micro(tmp_path, micro_cache)]
+    args = [
+        "ablation=full",
+        "target_skip=0.1",
+        "calibration.tolerance=0.05",
+        "calibration.max_trials=3",
+        *_micro(tmp_path, micro_cache),
+    ]
     db = tmp_path / "calibration" / "optuna.db"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, str(REPO / "calibrate.py"), *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "calibrate.py"), *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 600
     while time.time() < deadline:
         states = [s for s, _ in _study_states(db)]
@@ -340,15 +473,30 @@ def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
     assert completed.count(before[0][1]) == 1  # the finished one is not rerun
 
 
-@pytest.mark.parametrize("args, message", [
-    (["method=dense"], "method=dense (variant dense) has no routing"),
-    (["target_skip=0.3"], "target_skip=0.3 is unreachable for layers=second_half on tiny:micro: the routable FFNs "
-                          "hold 19.95 % of the parameters"),
-    (["target_skip=0.1", "calibration.storage.kind=rdb", "calibration.storage.url=postgresql://me:pw@h/db",
-      "calibration.storage.password_env=null"], "cannot open postgresql://me:***@h/db"),
-    (["target_skip=0.1", "calibration.storage.kind=rdb", "calibration.storage.url=postgresql://me@h/db"],
-     "password_env=HERO_OPTUNA_PASSWORD: the environment variable is not set (the password of postgresql://me@h/db"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["method=dense"], "method=dense (variant dense) has no routing"),
+        (
+            ["target_skip=0.3"],
+            "target_skip=0.3 is unreachable for layers=second_half on tiny:micro: the routable FFNs "
+            "hold 19.95 % of the parameters",
+        ),
+        (
+            [
+                "target_skip=0.1",
+                "calibration.storage.kind=rdb",
+                "calibration.storage.url=postgresql://me:pw@h/db",
+                "calibration.storage.password_env=null",
+            ],
+            "cannot open postgresql://me:***@h/db",
+        ),
+        (
+            ["target_skip=0.1", "calibration.storage.kind=rdb", "calibration.storage.url=postgresql://me@h/db"],
+            "password_env=HERO_OPTUNA_PASSWORD: the environment variable is not set (the password of postgresql://me@h/db",
+        ),
+    ],
+)
 def test_bad_input_stops_with_one_line(args, message, micro_cache, tmp_path, capsys):
     assert _calibrate_main()([*args, *_micro(tmp_path, micro_cache)]) == 2
     captured = capsys.readouterr()
@@ -358,11 +506,14 @@ def test_bad_input_stops_with_one_line(args, message, micro_cache, tmp_path, cap
 
 
 def test_unreachable_tolerance_after_the_budget_says_what_was_reached(micro_cache, tmp_path, capsys):
-    code = _calibrate_main()(["target_skip=0.05", "calibration.tolerance=0.0001", "calibration.max_trials=2",
-                              *_micro(tmp_path, micro_cache)])
+    code = _calibrate_main()(
+        ["target_skip=0.05", "calibration.tolerance=0.0001", "calibration.max_trials=2", *_micro(tmp_path, micro_cache)]
+    )
     out = capsys.readouterr().out
     assert code == 1
-    assert "error: full@0.05: tolerance ±0.01 pp not reached after 2 trials (calibration.max_trials=2): closest α=" in out
+    assert (
+        "error: full@0.05: tolerance ±0.01 pp not reached after 2 trials (calibration.max_trials=2): closest α=" in out
+    )
     assert not (tmp_path / "calibration" / "calibration.json").exists()
 
 
@@ -395,9 +546,16 @@ def test_studies_are_inspectable_with_optuna_dashboard(two_variants):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")),
-                               f"sqlite:///{root}/calibration/optuna.db", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("optuna-dashboard")),
+            f"sqlite:///{root}/calibration/optuna.db",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline, body = time.time() + 120, None
         while body is None and time.time() < deadline:

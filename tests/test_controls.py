@@ -1,4 +1,5 @@
 """Controls beyond the paper (hero.model.controls): each variant does what its docstring claims."""
+
 from __future__ import annotations
 
 import json
@@ -6,14 +7,20 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import compose_train
+from test_core import SMALL, batch_with_padding, small_llama, spread_gates
 
 import hero
-from conftest import compose_train
-from hero.model.controls import (READ_STATS_MOMENTUM, RandomHistoryRouter, ShuffledHistoryRouter, full_hero,
-                                 matched_local_width, trainable_count)
 from hero.model.config import RouterConfig
+from hero.model.controls import (
+    READ_STATS_MOMENTUM,
+    RandomHistoryRouter,
+    ShuffledHistoryRouter,
+    full_hero,
+    matched_local_width,
+    trainable_count,
+)
 from hero.pipeline import run
-from test_core import SMALL, batch_with_padding, small_llama, spread_gates
 
 CONTROLS = ("param_matched_local", "shuffled_history", "random_history", "recent_state_only")
 
@@ -58,8 +65,10 @@ def test_param_matched_local_matches_full_hero_count(capsys):
     full = hero.attach(small_llama(), "all")
     adapters = lambda m: sum(p.numel() for n, p in hero.trainable_parameters(m).items() if ".adapter." in n)  # noqa: E731
     actual = lambda m: sum(p.numel() for p in hero.trainable_parameters(m).values()) - adapters(m)  # noqa: E731
-    print(f"param_matched_local: {counts['router']} vs full HeRo {counts['full_hero']} "
-          f"({counts['relative_to_full']:+.3%}), local head width {counts['local_head_hidden']}")
+    print(
+        f"param_matched_local: {counts['router']} vs full HeRo {counts['full_hero']} "
+        f"({counts['relative_to_full']:+.3%}), local head width {counts['local_head_hidden']}"
+    )
     assert counts["router"] == actual(model) and counts["full_hero"] == actual(full)
     assert adapters(model) == adapters(full)
     assert abs(counts["relative_to_full"]) < 0.02
@@ -76,7 +85,9 @@ def test_matched_width_within_two_percent_at_every_scale(hidden, layers):
     width = matched_local_width(config, hidden, layers)
     matched = trainable_count(RouterConfig(history_branch=False, local_head_hidden=width), hidden, layers)
     full = trainable_count(full_hero(config), hidden, layers)
-    print(f"d={hidden} L_R={layers}: local head width {width}, {matched} vs full HeRo {full} ({matched / full - 1:+.3%})")
+    print(
+        f"d={hidden} L_R={layers}: local head width {width}, {matched} vs full HeRo {full} ({matched / full - 1:+.3%})"
+    )
     assert abs(matched / full - 1) < 0.02
 
 
@@ -226,7 +237,7 @@ def test_random_read_distribution_matches_tracked_statistics():
     trace = hero.routing_trace(model, ids)
     reads = torch.cat([r["memory_read"].reshape(-1, 64) for r in trace[1:]])  # 5 blocks × 512 tokens
     n = reads.shape[0]
-    assert torch.all((reads.mean(0) - mean).abs() < 5 * std / n ** 0.5 + 1e-6)
+    assert torch.all((reads.mean(0) - mean).abs() < 5 * std / n**0.5 + 1e-6)
     assert torch.allclose(reads.std(0), std, rtol=0.1)
     with torch.no_grad():  # ν_j = 1 − cos(W_n s, W_c c̃) (eq 13) on the random read
         r = model.hero_router

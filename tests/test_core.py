@@ -1,4 +1,5 @@
 """HeRo core: every equation of HERO_SPEC §1–§5 checked through the trace, on small random backbones."""
+
 from __future__ import annotations
 
 import copy
@@ -6,15 +7,30 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 import hero
 from hero.model import TRACE_FIELDS, HeRoConfigError, RouterConfig, resolve_layers
 from hero.objectives import SkipMeter, prediction_positions, skip_loss
 
-SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=160, num_hidden_layers=6, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=128)
+SMALL = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
 
 
 def small_llama(seed: int = 0) -> LlamaForCausalLM:
@@ -29,11 +45,15 @@ def spread_gates(model, seed: int = 1, scale: float = 0.5) -> None:
         for name, p in model.named_parameters():
             if p.requires_grad and not name.endswith(".eta"):
                 p.add_(torch.randn(p.shape, generator=gen) * scale / max(1, p.shape[-1]) ** 0.5)
-        heads = [model.hero_router.local_head] + ([model.hero_router.history_head] if model.hero_config.history_branch else [])
+        heads = [model.hero_router.local_head] + (
+            [model.hero_router.history_head] if model.hero_config.history_branch else []
+        )
         for head in heads:
             head[2].weight.normal_(0.0, 4.0 / head[2].in_features ** 0.5, generator=gen)
             head[2].bias.zero_()
-    logits = torch.cat([(r["history_logit"] + r["local_logit"]).reshape(-1) for r in hero.routing_trace(model, *batch_with_padding())])
+    logits = torch.cat(
+        [(r["history_logit"] + r["local_logit"]).reshape(-1) for r in hero.routing_trace(model, *batch_with_padding())]
+    )
     with torch.no_grad():
         model.hero_router.local_head[2].bias.fill_(-float(logits.median()))
 
@@ -161,8 +181,11 @@ def test_only_the_chosen_branch_runs(routed):
     hooks = []
     for block in hero.routed_blocks(routed):
         for name, module in (("ffn", block.base_layer.mlp), ("adapter", block.adapter)):
-            hooks.append(module.register_forward_hook(
-                lambda m, inp, out, key=(block.layer, name): seen.__setitem__(key, inp[0].shape[0])))
+            hooks.append(
+                module.register_forward_hook(
+                    lambda m, inp, out, key=(block.layer, name): seen.__setitem__(key, inp[0].shape[0])
+                )
+            )
     ids, mask = batch_with_padding()
     routed(input_ids=ids, attention_mask=mask)
     for h in hooks:
@@ -180,10 +203,17 @@ def test_inference_path_runs_each_branch_on_its_rows_only(routed, policy):
     from hero.model.block import GEMM_MIN_ROWS
 
     seen = {}
-    hooks = [module.register_forward_hook(lambda m, inp, out, key=(block.layer, name): seen.__setitem__(key, inp[0].shape[0]))
-             for block in hero.routed_blocks(routed) for name, module in (("ffn", block.base_layer.mlp), ("adapter", block.adapter))]
-    forced = {"all_ffn": lambda j, g: torch.ones_like(g, dtype=torch.bool),
-              "no_ffn": lambda j, g: torch.zeros_like(g, dtype=torch.bool)}.get(policy)
+    hooks = [
+        module.register_forward_hook(
+            lambda m, inp, out, key=(block.layer, name): seen.__setitem__(key, inp[0].shape[0])
+        )
+        for block in hero.routed_blocks(routed)
+        for name, module in (("ffn", block.base_layer.mlp), ("adapter", block.adapter))
+    ]
+    forced = {
+        "all_ffn": lambda j, g: torch.ones_like(g, dtype=torch.bool),
+        "no_ffn": lambda j, g: torch.zeros_like(g, dtype=torch.bool),
+    }.get(policy)
     ids, mask = batch_with_padding()
     with torch.no_grad():
         if forced is None:
@@ -413,8 +443,17 @@ def test_errors_are_clear():
         hero.attach(small_llama(), [2, 6])
     with pytest.raises(HeRoConfigError, match="allowed layer sets"):
         hero.attach(small_llama(), "first_half")
-    bad = [dict(memory_dim=0), dict(tau=1.0), dict(tau=0.0), dict(T_hist=0.0), dict(T_hist=-1.0),
-           dict(adapter_dim=-3), dict(rho_init=1.0), dict(forget="sometimes"), dict(memory_read="no")]
+    bad = [
+        dict(memory_dim=0),
+        dict(tau=1.0),
+        dict(tau=0.0),
+        dict(T_hist=0.0),
+        dict(T_hist=-1.0),
+        dict(adapter_dim=-3),
+        dict(rho_init=1.0),
+        dict(forget="sometimes"),
+        dict(memory_read="no"),
+    ]
     for options in bad:
         with pytest.raises(HeRoConfigError, match=next(iter(options))):
             RouterConfig(**options)
@@ -458,5 +497,7 @@ def test_detach_restores_the_backbone():
     reference = copy.deepcopy(base)
     ids, mask = batch_with_padding()
     model = hero.detach(hero.attach(base))
-    assert torch.equal(model(input_ids=ids, attention_mask=mask).logits, reference(input_ids=ids, attention_mask=mask).logits)
+    assert torch.equal(
+        model(input_ids=ids, attention_mask=mask).logits, reference(input_ids=ids, attention_mask=mask).logits
+    )
     assert not hasattr(model, "hero_router")

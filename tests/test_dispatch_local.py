@@ -1,5 +1,6 @@
 """Dispatch without a cluster: submitit-local multiruns, DDP on CPU (gloo, 2 processes), the DDP env
 under torchrun / srun / submitit-local, job identity, W&B run ids, presets and named studies."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def test_submitit_local_multirun_records_summary_and_skip(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     recs = records(sweep)
     assert sorted(rec["seed"] for rec in recs.values()) == [1, 2]
-    assert sorted(recs) == sorted(plan.job_key([f"seed={s}"], rec["config_hash"]) for s, rec in
-                                  ((rec["seed"], rec) for rec in recs.values()))
+    assert sorted(recs) == sorted(
+        plan.job_key([f"seed={s}"], rec["config_hash"]) for s, rec in ((rec["seed"], rec) for rec in recs.values())
+    )
     summary = json.loads((sweep / "summary.json").read_text())
     assert summary["counts"] == {"COMPLETED": 2}
     # relaunch with one more seed: the two finished jobs are skipped, only seed 3 runs
@@ -45,8 +47,11 @@ def test_submitit_local_multirun_records_summary_and_skip(tmp_path):
 
 def _spans(*sweeps: Path) -> list[tuple[float, float]]:
     """(start, end) of every finished job in the sweeps: its starts.txt and its record's write times."""
-    return sorted((p.parent.joinpath("starts.txt").stat().st_mtime, p.stat().st_mtime)
-                  for sweep in sweeps for p in sweep.glob("*/results.json"))
+    return sorted(
+        (p.parent.joinpath("starts.txt").stat().st_mtime, p.stat().st_mtime)
+        for sweep in sweeps
+        for p in sweep.glob("*/results.json")
+    )
 
 
 def test_submitit_local_runs_at_most_array_parallelism_jobs_at_once(tmp_path):
@@ -63,11 +68,23 @@ def test_submitit_local_runs_at_most_array_parallelism_jobs_at_once(tmp_path):
 def test_concurrent_local_multiruns_naming_one_slot_dir_share_its_slots(tmp_path):
     """Two multiruns at once, one shared slot: the four jobs run one after another, none side by side."""
     app = write_app(tmp_path / "app", tmp_path / "unused")
-    shared = ["step_s=0.2", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1",
-              f"hydra.launcher.slots={tmp_path / 'slots'}"]
-    procs = [subprocess.Popen([sys.executable, str(app), "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / name}",
-                               *shared], cwd=app.parent, env=app_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for name in ("a", "b")]
+    shared = [
+        "step_s=0.2",
+        "hydra/launcher=hero_local",
+        "hydra.launcher.array_parallelism=1",
+        f"hydra.launcher.slots={tmp_path / 'slots'}",
+    ]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(app), "-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / name}", *shared],
+            cwd=app.parent,
+            env=app_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     spans = _spans(tmp_path / "a", tmp_path / "b")
@@ -96,8 +113,14 @@ def test_slot_pool_hands_out_size_slots_and_takes_them_back(tmp_path):
 
 
 def _status(target: Path) -> dict:
-    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "status", str(target), "--json"], capture_output=True,
-                       text=True, cwd=REPO, env=app_env(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "hero.dispatch", "status", str(target), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=app_env(),
+        timeout=120,
+    )
     return json.loads(r.stdout)
 
 
@@ -108,8 +131,14 @@ def test_status_follows_a_local_launch_and_a_killed_launch_resumes(tmp_path):
     sweep = tmp_path / "sweep"
     app = write_app(tmp_path / "app", sweep)
     args = ["seed=1,2", "steps=100", "step_s=0.05", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1"]
-    launch = subprocess.Popen([sys.executable, str(app), "-m", *args], cwd=app.parent, env=app_env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    launch = subprocess.Popen(
+        [sys.executable, str(app), "-m", *args],
+        cwd=app.parent,
+        env=app_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while not (sweep / "manifests").is_dir() or _status(sweep)["counts"] != {"RUNNING": 1, "PENDING": 1}:
         assert launch.poll() is None and time.time() < deadline, "never saw one job running, one pending"
@@ -154,15 +183,18 @@ def test_collect_into_copies_records_under_their_names_and_never_overwrites(tmp_
     assert r.returncode == 0 and "2 new, 0 already there" in r.stdout, r.stdout + r.stderr
     by_name = {p.parent.name: p.read_bytes() for p in into.glob("*/results.json")}
     assert sorted(by_name) == ["app-s1", "app-s2"]
-    assert by_name == {f"app-s{rec['seed']}": p.read_bytes() for p, rec in
-                       ((p, json.loads(p.read_text())) for p in sweep.glob("*/results.json"))}
+    assert by_name == {
+        f"app-s{rec['seed']}": p.read_bytes()
+        for p, rec in ((p, json.loads(p.read_text())) for p in sweep.glob("*/results.json"))
+    }
     (into / "app-s1" / "results.json").write_text("{}")  # someone else's record under that name
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=app_env())
     assert r.returncode == 1 and "0 new, 1 already there" in r.stdout, r.stdout + r.stderr
     assert "app-s1/results.json holds another record" in r.stderr
     assert (into / "app-s1" / "results.json").read_text() == "{}"
-    r = subprocess.run([*cmd[:-1], str(into / "app-s2" / "results.json")], capture_output=True, text=True, cwd=REPO,
-                       env=app_env())
+    r = subprocess.run(
+        [*cmd[:-1], str(into / "app-s2" / "results.json")], capture_output=True, text=True, cwd=REPO, env=app_env()
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "a file, not a directory" in r.stderr, r.stderr
 
 
@@ -170,8 +202,14 @@ def test_the_launcher_collects_each_record_into_a_directory_as_its_job_ends(tmp_
     """collect_into, one run slot: seed 1's record is in the directory before seed 2's job has finished."""
     sweep, into = tmp_path / "sweep", tmp_path / "records"
     app = write_app(tmp_path / "app", sweep)
-    r = run_app(app, "seed=1,2", "step_s=0.3", "hydra/launcher=hero_local", "hydra.launcher.array_parallelism=1",
-                f"hydra.launcher.collect_into={into}")
+    r = run_app(
+        app,
+        "seed=1,2",
+        "step_s=0.3",
+        "hydra/launcher=hero_local",
+        "hydra.launcher.array_parallelism=1",
+        f"hydra.launcher.collect_into={into}",
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     made = {json.loads(p.read_text())["seed"]: p for p in sweep.glob("*/results.json")}
     assert sorted(p.parent.name for p in into.glob("*/results.json")) == ["app-s1", "app-s2"]
@@ -192,9 +230,11 @@ def test_study_variants_run_side_by_side_on_the_local_launcher(tmp_path):
     """Two one-job variants, two slots: the second variant's job starts before the first one ends."""
     app = write_app(tmp_path / "app", tmp_path / "unused")
     study = tmp_path / "pair.yaml"
-    study.write_text(f"name: pair\nentry: {app}\noverrides: [hydra/launcher=hero_local, step_s=0.5]\n"
-                     "variants:\n  - {name: one, overrides: [seed=1]}\n  - {name: two, overrides: [seed=2]}\n"
-                     "expected_jobs: 2\n")
+    study.write_text(
+        f"name: pair\nentry: {app}\noverrides: [hydra/launcher=hero_local, step_s=0.5]\n"
+        "variants:\n  - {name: one, overrides: [seed=1]}\n  - {name: two, overrides: [seed=2]}\n"
+        "expected_jobs: 2\n"
+    )
     cmd = [sys.executable, "-m", "hero.dispatch", "sweep", str(study), "--sweep-root", str(tmp_path / "studies")]
     r = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, cwd=REPO, env=app_env())
     slots = f"hydra.launcher.slots={tmp_path / 'studies' / 'pair' / '.slots'}"
@@ -219,7 +259,6 @@ def test_submitit_local_failure_is_reported_and_the_rest_finishes(tmp_path):
     assert [rec["seed"] for rec in records(sweep).values()] == [2]
 
 
-
 def test_status_and_collect_on_a_sweep_without_manifest_say_so_in_one_line(tmp_path):
     """A multirun made with Hydra's basic launcher has records but no manifest: one line, exit 2."""
     sweep = tmp_path / "sweep"
@@ -228,14 +267,20 @@ def test_status_and_collect_on_a_sweep_without_manifest_say_so_in_one_line(tmp_p
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert len(records(sweep)) == 2 and not (sweep / "manifests").exists()
     for module, command in (("hero.dispatch", "status"), ("hero.dispatch", "collect")):
-        c = subprocess.run([sys.executable, "-m", module, command, str(sweep)], capture_output=True, text=True,
-                           cwd=REPO, env=app_env())
+        c = subprocess.run(
+            [sys.executable, "-m", module, command, str(sweep)], capture_output=True, text=True, cwd=REPO, env=app_env()
+        )
         lines = (c.stdout + c.stderr).strip().splitlines()
         assert c.returncode == 2 and len(lines) == 1, (c.returncode, c.stdout, c.stderr)
         assert "no manifest" in lines[0] and "did not run through the HeRo launcher" in lines[0]
         assert "hydra.launcher.wait=false" in lines[0] and f"python -m analysis.report {sweep}" in lines[0]
-    c = subprocess.run([sys.executable, "-m", "hero.dispatch", "status", str(tmp_path / "nowhere")],
-                       capture_output=True, text=True, cwd=REPO, env=app_env())
+    c = subprocess.run(
+        [sys.executable, "-m", "hero.dispatch", "status", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=app_env(),
+    )
     assert c.returncode == 2 and (c.stdout + c.stderr).strip().count("\n") == 0 and "nowhere" in c.stderr
 
 
@@ -258,7 +303,9 @@ def _model(seed: int = 0) -> torch.nn.Module:
 
 def _batches(steps: int, global_batch: int):
     g = torch.Generator().manual_seed(123)
-    return [(torch.randn(global_batch, 8, generator=g), torch.randn(global_batch, 4, generator=g)) for _ in range(steps)]
+    return [
+        (torch.randn(global_batch, 8, generator=g), torch.randn(global_batch, 4, generator=g)) for _ in range(steps)
+    ]
 
 
 def _train(rank: int, world: int, steps: int = 5, global_batch: int = 8) -> dict:
@@ -275,8 +322,9 @@ def _train(rank: int, world: int, steps: int = 5, global_batch: int = 8) -> dict
 
 
 def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     r, w = distributed.init_distributed()
     assert (r, w) == (rank, world)
@@ -309,8 +357,13 @@ def test_init_distributed_is_a_noop_for_one_process(monkeypatch):
 
 def test_distributed_env_from_torchrun_srun_and_submitit_local(monkeypatch):
     for k in list(os.environ):
-        if k.startswith(("SLURM_", "SUBMITIT_")) or k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
-                                                           "MASTER_PORT"):
+        if k.startswith(("SLURM_", "SUBMITIT_")) or k in (
+            "WORLD_SIZE",
+            "RANK",
+            "LOCAL_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        ):
             monkeypatch.delenv(k, raising=False)
     assert distributed.distributed_env() == {}
     # srun step with 2 tasks (submitit tasks_per_node=2 under SLURM)
@@ -322,8 +375,13 @@ def test_distributed_env_from_torchrun_srun_and_submitit_local(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[003-005,007]")
     monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no scontrol")))
     env = distributed.distributed_env()
-    assert env == {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "gpu003",
-                   "MASTER_PORT": str(distributed._port_for("4242"))}
+    assert env == {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "gpu003",
+        "MASTER_PORT": str(distributed._port_for("4242")),
+    }
     # a python started directly in a 2-task batch script (no srun step) is NOT a 2-process world
     monkeypatch.delenv("SLURM_STEP_NUM_TASKS")
     assert distributed.distributed_env() == {}
@@ -415,8 +473,11 @@ def test_studies_count_their_jobs_and_compose(study_path):
     # the first point of every variant composes with the real config tree
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for cmd in cmds:
-            point = [o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
-                     for o in cmd[3:] if not o.startswith("hydra.")]
+            point = [
+                o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
+                for o in cmd[3:]
+                if not o.startswith("hydra.")
+            ]
             compose(config_name="train", overrides=point)
 
 
@@ -434,16 +495,31 @@ def test_a_cpu_study_plus_the_paper_overrides_composes_the_paper_setup(name):
     assert sum(studies.command_size(c) for c in cmds) == study["expected_jobs"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         for cmd in cmds:
-            point = [o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
-                     for o in cmd[3:] if not o.startswith("hydra.")]
+            point = [
+                o.split(",")[0] if ("," in o and not o.split("=", 1)[1].startswith("[")) else o
+                for o in cmd[3:]
+                if not o.startswith("hydra.")
+            ]
             cfg = compose(config_name="train", overrides=point)
             assert (cfg.model.name, cfg.data.name, cfg.eval.suite) == ("llama3_1_8b", "tulu3", "paper7"), point
             assert (cfg.trainer.max_steps, cfg.trainer.global_batch, cfg.trainer.precision) == (None, 128, "bf16")
 
 
 def test_sweep_runner_dry_run_prints_commands_and_count():
-    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "sweep", str(REPO / "sweeps" / "table2.yaml"),
-                        "--dry-run", "hydra/launcher=slurm_testbed"], capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hero.dispatch",
+            "sweep",
+            str(REPO / "sweeps" / "table2.yaml"),
+            "--dry-run",
+            "hydra/launcher=slurm_testbed",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     assert "12 job(s) (expected 12)" in r.stdout
     assert "alpha=1e-4,3e-4,5e-4,1e-3" in r.stdout and "hydra.launcher.wait=false" in r.stdout
@@ -451,18 +527,28 @@ def test_sweep_runner_dry_run_prints_commands_and_count():
 
 def test_sweep_runs_only_the_named_variants_and_names_the_choices_on_a_typo():
     study = str(REPO / "sweeps" / "router_memory_smollm2.yaml")
-    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "sweep", study, "--dry-run", "--variants", "dense,lora"],
-                       capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "hero.dispatch", "sweep", study, "--dry-run", "--variants", "dense,lora"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     assert "44 job(s) (expected 44)" in r.stdout and "running 2 of them (dense,lora): 4 job(s)" in r.stdout
     cmds = [line for line in r.stdout.splitlines() if line.startswith("$ ")]
     assert [("method=lora" in c, "method=dense" in c) for c in cmds] == [(True, False), (False, True)]  # study order
-    r = subprocess.run([sys.executable, "-m", "hero.dispatch", "sweep", study, "--dry-run", "--variants", "lora,dens"],
-                       capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "hero.dispatch", "sweep", study, "--dry-run", "--variants", "lora,dens"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.strip().splitlines() == ["ERROR: --variants dens: not in study router_memory_smollm2; its variants "
-                                             "are matched, curves, random_skip, random_skip_curve, skipgpt_rt, "
-                                             "static_drop, lora, dense"]
+    assert r.stderr.strip().splitlines() == [
+        "ERROR: --variants dens: not in study router_memory_smollm2; its variants "
+        "are matched, curves, random_skip, random_skip_curve, skipgpt_rt, "
+        "static_drop, lora, dense"
+    ]
 
 
 # ----------------------------------------------------------------------------- DDP through train.py
@@ -471,18 +557,54 @@ def test_sweep_runs_only_the_named_variants_and_names_the_choices_on_a_typo():
 @pytest.mark.testbed
 def test_train_py_under_torchrun_two_gloo_processes_matches_single_process(micro_cache, tmp_path):
     """The real pipeline: torchrun --nproc_per_node 2 (rank 0 writes) vs one process, same global batch."""
-    common = ["model.recipe=micro", f"paths.cache={micro_cache}", "trainer.max_steps=3", "trainer.global_batch=4",
-              "trainer.micro_batch=2", "trainer.checkpoint_every=1", "trainer.progress=false", "logger=none",
-              "eval=none", "seed=45"]
+    common = [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        "trainer.max_steps=3",
+        "trainer.global_batch=4",
+        "trainer.micro_batch=2",
+        "trainer.checkpoint_every=1",
+        "trainer.progress=false",
+        "logger=none",
+        "eval=none",
+        "seed=45",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    single = subprocess.run([sys.executable, "train.py", *common, f"paths.root={tmp_path / 'single'}",
-                             f"hydra.run.dir={tmp_path / 'single' / 'run'}"],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    single = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            *common,
+            f"paths.root={tmp_path / 'single'}",
+            f"hydra.run.dir={tmp_path / 'single' / 'run'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert single.returncode == 0, single.stdout[-2000:] + single.stderr[-2000:]
-    ddp = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(_free_port()), "train.py", *common,
-                          f"paths.root={tmp_path / 'ddp'}", f"hydra.run.dir={tmp_path / 'ddp' / 'run'}"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    ddp = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(_free_port()),
+            "train.py",
+            *common,
+            f"paths.root={tmp_path / 'ddp'}",
+            f"hydra.run.dir={tmp_path / 'ddp' / 'run'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ddp.returncode == 0, ddp.stdout[-2000:] + ddp.stderr[-2000:]
     a = json.loads((tmp_path / "single" / "run" / "results.json").read_text())
     b = json.loads((tmp_path / "ddp" / "run" / "results.json").read_text())

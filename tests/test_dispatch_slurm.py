@@ -5,6 +5,7 @@ contract as train.py) through conf/hydra/launcher/slurm_testbed.yaml and checks 
 launcher and the records say. Skipped when no test cluster answers, FAILED instead when
 HERO_SLURM_REQUIRED=1 (as `make test` sets it).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from slurm_fixtures import (REPO, app_env, records, run_app, sacct_states, slurm_env, wait_for,  # noqa: E402
-                            write_app)
+from slurm_fixtures import (
+    REPO,
+    app_env,
+    records,
+    run_app,
+    sacct_states,
+    slurm_env,
+    wait_for,  # noqa: E402
+    write_app,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -107,9 +116,16 @@ def test_failure_is_a_failure_and_relaunch_reruns_only_it(app):
 def test_usr2_requeues_and_resumes_to_the_same_record(app, tmp_path):
     app_py, sweep = app
     steps = ["steps=40", "step_s=0.25", "checkpoint_every=4", "seed=7"]
-    proc = subprocess.Popen([sys.executable, str(app_py), "-m", *steps, LAUNCHER], cwd=app_py.parent,
-                            env=app_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(app_py), "-m", *steps, LAUNCHER],
+        cwd=app_py.parent,
+        env=app_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
+
         def running_past_a_checkpoint():
             for d in sweep.glob("*seed=7*"):
                 if (d / "checkpoints" / "latest.json").exists():
@@ -149,8 +165,15 @@ def test_usr2_requeues_and_resumes_to_the_same_record(app, tmp_path):
 def test_fire_and_forget_submit_status_collect(app):
     app_py, sweep = app
     t0 = time.time()
-    r = run_app(app_py, "seed=5,6", "steps=12", "step_s=0.5", LAUNCHER, "hydra.launcher.wait=false",
-                env=app_env({"APP_FAIL_SEEDS": "6"}))
+    r = run_app(
+        app_py,
+        "seed=5,6",
+        "steps=12",
+        "step_s=0.5",
+        LAUNCHER,
+        "hydra.launcher.wait=false",
+        env=app_env({"APP_FAIL_SEEDS": "6"}),
+    )
     submit_s = time.time() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     manifest_files = sorted((sweep / "manifests").glob("*.json"))
@@ -185,13 +208,26 @@ def test_fire_and_forget_submit_status_collect(app):
 def test_train_py_three_seeds_on_slurm_then_relaunch_is_a_noop(cluster, micro_cache, tmp_path):
     """The user's command, unchanged, on the cluster: python train.py -m ... hydra/launcher=<preset>."""
     root = tmp_path / "outputs"
-    args = ["ablation=no_memory_read", "seed=42,43,44", "model.recipe=micro", f"paths.cache={micro_cache}",
-            f"paths.root={root}", "trainer.max_steps=3", "trainer.global_batch=4", "trainer.micro_batch=2",
-            "trainer.checkpoint_every=1", "trainer.progress=false", "logger=none", "eval=none", LAUNCHER]
+    args = [
+        "ablation=no_memory_read",
+        "seed=42,43,44",
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={root}",
+        "trainer.max_steps=3",
+        "trainer.global_batch=4",
+        "trainer.micro_batch=2",
+        "trainer.checkpoint_every=1",
+        "trainer.progress=false",
+        "logger=none",
+        "eval=none",
+        LAUNCHER,
+    ]
     env = app_env({"OMP_NUM_THREADS": "1"})
     t0 = time.time()
-    r = subprocess.run([sys.executable, "train.py", "-m", *args], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "train.py", "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     recs = [json.loads(p.read_text()) for p in root.rglob("results.json")]
     assert sorted(rec["seed"] for rec in recs) == [42, 43, 44]
@@ -201,8 +237,9 @@ def test_train_py_three_seeds_on_slurm_then_relaunch_is_a_noop(cluster, micro_ca
     assert len({j["job_id"].split("_")[0] for j in jobs}) == 1
     # the launcher's config hash is the pipeline's: the relaunch skips all three without submitting
     assert sorted(j["launch_hash"] for j in jobs) == sorted(rec["config_hash"] for rec in recs)
-    r = subprocess.run([sys.executable, "train.py", "-m", *args], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "train.py", "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     manifests = sorted(root.rglob("manifests/*.json"))
     last = json.loads(manifests[-1].read_text())
@@ -219,8 +256,13 @@ def _ddp_probe():
     rank, world = distributed.init_distributed()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
-    out = {"rank": rank, "world": world, "sum": float(t), "main": distributed.is_main_process(),
-           "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"]}
+    out = {
+        "rank": rank,
+        "world": world,
+        "sum": float(t),
+        "main": distributed.is_main_process(),
+        "master": os.environ["MASTER_ADDR"] + ":" + os.environ["MASTER_PORT"],
+    }
     distributed.destroy_distributed()
     return out
 

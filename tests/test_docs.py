@@ -1,11 +1,10 @@
 """The README stays a five-minute read, and every link in it and in docs/ resolves (measured results live in docs/)."""
+
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md") if "report" not in p.parts)]

@@ -4,6 +4,7 @@ Offline: the tiny suite runs through lm-evaluation-harness on the micro testbed 
 paper7/extended9 are checked against lm-eval's own task configs without loading any data.
 The ``testbed`` test repeats the reproduction on the full embedded testbed.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,13 +14,22 @@ import pytest
 import torch
 from conftest import compose_train
 
-from hero.evaluation import (LM_EVAL_VERSION, EvaluationError, RetainError, check_config, evaluate_suite, retain,
-                             routing_statistics, suite_fingerprint, task_specs)
+from hero.evaluation import (
+    LM_EVAL_VERSION,
+    EvaluationError,
+    RetainError,
+    check_config,
+    evaluate_suite,
+    retain,
+    routing_statistics,
+    suite_fingerprint,
+    task_specs,
+)
 from hero.evaluation.harness import harness_model, lm_eval_version, metric_values
-from hero.model import attach, last_records
-from hero.testbed.suite import scored_from
-from hero.testbed import RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
 from hero.jsonl import read_jsonl
+from hero.model import attach, last_records
+from hero.testbed import RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
+from hero.testbed.suite import scored_from
 from hero.testbed.tasks import score_sequences
 
 # HERO_SPEC §7, written out independently of conf/eval: (lm-eval task, few-shot, primary metric, chat template).
@@ -32,8 +42,11 @@ PAPER7 = {
     "piqa": ("piqa", 0, "acc", False),
     "boolq": ("boolq", 0, "acc", False),
 }
-EXTENDED9 = {**PAPER7, "gsm8k": ("gsm8k_cot_llama", 8, "exact_match,strict-match", True),
-             "humaneval": ("humaneval_instruct", 0, "pass_at_k,create_test", True)}
+EXTENDED9 = {
+    **PAPER7,
+    "gsm8k": ("gsm8k_cot_llama", 8, "exact_match,strict-match", True),
+    "humaneval": ("humaneval_instruct", 0, "pass_at_k,create_test", True),
+}
 
 
 @pytest.fixture(scope="module")
@@ -127,8 +140,10 @@ def test_routed_model_through_harness_matches_own_forward(micro):
     model = _routed(bed.load_backbone())
     rng = random.Random(0)
     words = ["Zaigra", " resides", " in", " the", " king", " of", " Scotland", "23+45=", "68", " lord"]
-    pairs = [("".join(rng.choices(words, k=rng.randint(2, 9))), "".join(rng.choices(words, k=rng.randint(1, 4))))
-             for _ in range(24)]
+    pairs = [
+        ("".join(rng.choices(words, k=rng.randint(2, 9))), "".join(rng.choices(words, k=rng.randint(1, 4))))
+        for _ in range(24)
+    ]
     requests = [Instance(request_type="loglikelihood", doc={}, arguments=pair, idx=i) for i, pair in enumerate(pairs)]
     harness = [ll for ll, _ in harness_model(model, tokenizer, batch_size=8).loglikelihood(requests)]
     own, executed = zip(*(_own_loglikelihood(model, tokenizer, *pair) for pair in pairs))
@@ -143,9 +158,15 @@ def test_routed_generation_through_harness_uses_kv_cache_and_matches_uncached_gr
     bed, _, tokenizer = micro
     model = _routed(bed.load_backbone(), seed=1)
     prompts = ["Zaigra resides in", "12+34=", "The king of"]
-    requests = [Instance(request_type="generate_until", doc={}, idx=i,
-                         arguments=(p, {"until": ["<|never|>"], "max_gen_toks": 6, "do_sample": False}))
-                for i, p in enumerate(prompts)]
+    requests = [
+        Instance(
+            request_type="generate_until",
+            doc={},
+            idx=i,
+            arguments=(p, {"until": ["<|never|>"], "max_gen_toks": 6, "do_sample": False}),
+        )
+        for i, p in enumerate(prompts)
+    ]
     harness = harness_model(model, tokenizer, batch_size=1).generate_until(requests)
     for prompt, text in zip(prompts, harness):
         ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -182,7 +203,9 @@ def test_paper_suites_resolve_to_lm_eval_tasks_fewshot_and_metrics():
     gsm8k, humaneval = (specs[name] for name in ("gsm8k", "humaneval"))
     assert gsm8k.gen_kwargs == {"max_gen_toks": 1024, "do_sample": False}
     assert humaneval.gen_kwargs["do_sample"] is False and humaneval.unsafe_code
-    humaneval_metric = load_yaml(index["humaneval_instruct"].yaml_path, resolve_func=False, recursive=True)["metric_list"]
+    humaneval_metric = load_yaml(index["humaneval_instruct"].yaml_path, resolve_func=False, recursive=True)[
+        "metric_list"
+    ]
     assert humaneval_metric[0]["k"] == [1]
 
 
@@ -194,14 +217,17 @@ def test_overrides_change_specs_and_baseline_fingerprint():
     assert suite_fingerprint(base) != suite_fingerprint(changed)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["eval.suite=paper9"], "allowed suites"),
-    (["eval.limit=0"], "positive integer"),
-    (["+eval.tasks.piqa.shots=3"], "unknown ['shots']"),
-    (["eval.tasks.piqa.num_fewshot=-1"], "integer ≥ 0"),
-    (["~eval.tasks.piqa.metric"], "missing ['metric']"),
-    (["eval.tasks.piqa=3"], "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["eval.suite=paper9"], "allowed suites"),
+        (["eval.limit=0"], "positive integer"),
+        (["+eval.tasks.piqa.shots=3"], "unknown ['shots']"),
+        (["eval.tasks.piqa.num_fewshot=-1"], "integer ≥ 0"),
+        (["~eval.tasks.piqa.metric"], "missing ['metric']"),
+        (["eval.tasks.piqa=3"], "must be a mapping"),
+    ],
+)
 def test_bad_eval_config_fails_with_one_clear_line(overrides, message):
     with pytest.raises(EvaluationError, match=message.replace("[", r"\[").replace("]", r"\]")):
         check_config(compose_train(["eval=paper7", *overrides]).eval)
@@ -215,8 +241,14 @@ def test_installed_lm_eval_must_be_the_pinned_version(monkeypatch):
 
 
 def test_metric_keys_follow_lm_eval_with_none_filter_dropped():
-    entry = {"alias": "gsm8k", "exact_match,strict-match": 0.5, "exact_match_stderr,strict-match": 0.1,
-             "acc,none": 0.7, "acc_stderr,none": "N/A", "samples": 3}
+    entry = {
+        "alias": "gsm8k",
+        "exact_match,strict-match": 0.5,
+        "exact_match_stderr,strict-match": 0.1,
+        "acc,none": 0.7,
+        "acc_stderr,none": "N/A",
+        "samples": 3,
+    }
     assert metric_values(entry) == {"exact_match,strict-match": 0.5, "exact_match_stderr,strict-match": 0.1, "acc": 0.7}
 
 

@@ -1,13 +1,14 @@
 """analysis.gates: the executed-only gate and the FFN execution rate, stored or recovered from older records."""
+
 from __future__ import annotations
 
 import json
 import random
 
 import pytest
+from conftest import REPO
 
 from analysis.gates import Gate, GateHistogramError, executed_gate, ffn_execution_rate, markdown, summary
-from conftest import REPO
 
 STUDY = REPO / "docs" / "studies" / "router_memory_smollm2" / "records"
 EDGES = [i / 20 for i in range(21)]
@@ -16,12 +17,22 @@ EDGES = [i / 20 for i in range(21)]
 def _skip_from_gates(per_layer: dict[str, list[float]], tau: float = 0.5) -> dict:
     """A record's skip section as SkipMeter and GateHistogram write it, from known gates (FFN runs iff g ≥ τ)."""
     tokens = len(next(iter(per_layer.values())))
-    hist = {layer: {"edges": EDGES, "counts": [sum(1 for g in gates if lo <= g < hi or (hi == 1.0 and g == 1.0))
-                                               for lo, hi in zip(EDGES, EDGES[1:])]}
-            for layer, gates in per_layer.items()}
-    return {"param_rate": 0.1, "tokens": tokens, "gate_histogram": hist,
-            "per_layer_ffn_rate": {layer: sum(g >= tau for g in gates) / tokens for layer, gates in per_layer.items()},
-            "per_layer_mean_gate": {layer: sum(gates) / tokens for layer, gates in per_layer.items()}}
+    hist = {
+        layer: {
+            "edges": EDGES,
+            "counts": [
+                sum(1 for g in gates if lo <= g < hi or (hi == 1.0 and g == 1.0)) for lo, hi in zip(EDGES, EDGES[1:])
+            ],
+        }
+        for layer, gates in per_layer.items()
+    }
+    return {
+        "param_rate": 0.1,
+        "tokens": tokens,
+        "gate_histogram": hist,
+        "per_layer_ffn_rate": {layer: sum(g >= tau for g in gates) / tokens for layer, gates in per_layer.items()},
+        "per_layer_mean_gate": {layer: sum(gates) / tokens for layer, gates in per_layer.items()},
+    }
 
 
 def test_histogram_bounds_hold_the_true_executed_gate_and_differ_from_the_mean_over_all_tokens():
@@ -36,7 +47,8 @@ def test_histogram_bounds_hold_the_true_executed_gate_and_differ_from_the_mean_o
         assert gate.high - gate.low <= 0.05
         assert skip["per_layer_mean_gate"][layer] < gate.low  # the mean over all tokens counts the skipped ones
     assert ffn_execution_rate(skip) == pytest.approx(
-        sum(g >= 0.5 for gates in per_layer.values() for g in gates) / 1500)
+        sum(g >= 0.5 for gates in per_layer.values() for g in gates) / 1500
+    )
 
 
 def test_a_hard_gate_is_bounded_at_one_and_stored_values_win_over_the_histogram():

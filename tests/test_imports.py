@@ -12,6 +12,7 @@ The floors, lowest first (a module's floor is its longest listed prefix):
 Imports inside functions count too: hiding an upward import in a function is still an upward import.
 ``analysis`` reads records and never reaches into ``tests/``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,8 +21,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = {
     0: ("errors", "once", "results", "records", "jsonl", "bed"),
-    1: ("model", "objectives", "data", "evaluation", "calibration_file", "distributed", "preemption", "wandb_offline",
-        "summary"),
+    1: (
+        "model",
+        "objectives",
+        "data",
+        "evaluation",
+        "calibration_file",
+        "distributed",
+        "preemption",
+        "wandb_offline",
+        "summary",
+    ),
     2: ("testbed", "smollm2", "baselines"),
     3: ("backbones", "methods", "training", "tracking"),
     4: ("pipeline", "rescore"),
@@ -65,8 +75,9 @@ def test_hero_imports_run_downhill():
             continue
         for line, target in imports(path):
             if "." in target and target.split(".")[1] in FLOOR and floor_of(target) > source:
-                upward.append(f"{path.relative_to(REPO)}:{line} (floor {source}) imports {target} "
-                              f"(floor {floor_of(target)})")
+                upward.append(
+                    f"{path.relative_to(REPO)}:{line} (floor {source}) imports {target} (floor {floor_of(target)})"
+                )
     assert upward == []
 
 

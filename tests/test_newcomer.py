@@ -6,6 +6,7 @@ routable layers, so a 20 % skip target is reachable), and ``calibrate.py`` a ±2
 its studies end in a trial or two (how well calibration hits ±0.5 pp is ``tests/test_calibration.py``'s
 business); nothing else.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,12 +18,21 @@ import sys
 
 import polars as pl
 import pytest
-
-from analysis.load import load_runs
 from conftest import MICRO_RETAIN, REPO
 
-MICRO = ["model.recipe=micro", "layers=all", "trainer.max_steps=40", "trainer.global_batch=8",
-         "trainer.micro_batch=8", "trainer.lr=1e-3", "trainer.num_threads=1", "trainer.progress=false", "logger=none"]
+from analysis.load import load_runs
+
+MICRO = [
+    "model.recipe=micro",
+    "layers=all",
+    "trainer.max_steps=40",
+    "trainer.global_batch=8",
+    "trainer.micro_batch=8",
+    "trainer.lr=1e-3",
+    "trainer.num_threads=1",
+    "trainer.progress=false",
+    "logger=none",
+]
 CALIBRATE = ["calibration.tolerance=0.2"]
 
 
@@ -78,7 +88,8 @@ def test_printed_next_commands_work_as_printed_and_the_report_covers_every_run(m
 
     per_seed = list(csv.DictReader((out / "calibration.csv").open()))
     assert sorted((r["variant"], r["seed"]) for r in per_seed) == sorted(
-        (v, s) for v in ("full", "no_history") for s in ("42", "43", "44"))
+        (v, s) for v in ("full", "no_history") for s in ("42", "43", "44")
+    )
     matched = [r for r in csv.DictReader((out / "matched_skip.csv").open()) if r["metric"] == "retain"]
     at_target = {r["variant"] for r in matched if abs(float(r["skip"]) - 20.0) < 1e-9}
     assert {"no_history", "no_memory_read"} <= at_target, matched

@@ -1,4 +1,5 @@
 """The analysis notebooks are jupytext percent scripts and execute without error on the synthetic fixture records."""
+
 from __future__ import annotations
 
 import jupytext
@@ -43,8 +44,12 @@ def test_notebook_executes_on_fixture_records(name, records, tmp_path):
     assert out.is_file()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors
-    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
-                     for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    text = "\n".join(
+        str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+    )
     assert EXPECTED[name] in text
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert any("image/png" in o.get("data", {}) for o in outputs)

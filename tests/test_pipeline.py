@@ -1,4 +1,5 @@
 """Training pipeline: config groups, tiny end-to-end runs, multirun, resume, W&B, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -9,16 +10,33 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import CONF, MICRO_RETAIN, REPO, compose_train
+
 from hero import wandb_offline
 from hero.data import collate, load_conversations, tokenize_conversation
 from hero.errors import ConfigError
 from hero.pipeline import run
 from hero.records import RunRecord
 
-RECORD_FIELDS = ("method", "variant", "seed", "alpha", "router", "routable_layers", "skip", "eval",
-                 "eval_meta", "train", "retain", "rho", "config_hash", "git_commit", "versions", "wall_time_s", "config")
+RECORD_FIELDS = (
+    "method",
+    "variant",
+    "seed",
+    "alpha",
+    "router",
+    "routable_layers",
+    "skip",
+    "eval",
+    "eval_meta",
+    "train",
+    "retain",
+    "rho",
+    "config_hash",
+    "git_commit",
+    "versions",
+    "wall_time_s",
+    "config",
+)
 
 
 def group_options(group: str) -> list[str]:
@@ -28,7 +46,9 @@ def group_options(group: str) -> list[str]:
 @pytest.mark.parametrize("group", ["model", "data", "method", "ablation", "layers", "trainer", "eval", "logger"])
 def test_every_group_option_composes(group):
     for option in group_options(group):
-        extra = {"layers/explicit": ["layers.indices=[4,5]"], "data/jsonl": ["data.path=/x.jsonl"]}.get(f"{group}/{option}", [])
+        extra = {"layers/explicit": ["layers.indices=[4,5]"], "data/jsonl": ["data.path=/x.jsonl"]}.get(
+            f"{group}/{option}", []
+        )
         cfg = compose_train([f"{group}={option}", *extra])
         if group == "ablation":
             assert cfg.variant == option
@@ -42,8 +62,13 @@ def test_every_group_option_composes(group):
 
 
 def test_ablation_switches_resolve_to_router_options():
-    expected = {"full": {}, "no_position_state": {"position_state": False}, "no_aux_state": {"aux_state": False},
-                "no_history": {"history_branch": False}, "no_memory_read": {"memory_read": False}}
+    expected = {
+        "full": {},
+        "no_position_state": {"position_state": False},
+        "no_aux_state": {"aux_state": False},
+        "no_history": {"history_branch": False},
+        "no_memory_read": {"memory_read": False},
+    }
     for ablation, switched in expected.items():
         router = compose_train([f"ablation={ablation}"]).router
         for key in ("position_state", "aux_state", "history_branch", "memory_read"):
@@ -53,7 +78,14 @@ def test_ablation_switches_resolve_to_router_options():
 def test_paper_recipe_values():
     cfg = compose_train(["trainer=paper", "data=tulu3", "model=llama3_1_8b", "layers=from_9", "alpha=1e-3"])
     t = cfg.trainer
-    assert (t.lr, t.weight_decay, t.warmup_frac, t.grad_clip, t.global_batch, t.precision) == (1e-4, 0.01, 0.03, 1.0, 128, "bf16")
+    assert (t.lr, t.weight_decay, t.warmup_frac, t.grad_clip, t.global_batch, t.precision) == (
+        1e-4,
+        0.01,
+        0.03,
+        1.0,
+        128,
+        "bf16",
+    )
     assert t.gradient_checkpointing and cfg.data.max_length == 2048 and cfg.alpha == 1e-3
     assert cfg.data.path == "allenai/tulu-3-sft-mixture" or os.environ.get("HERO_TULU3")
 
@@ -78,7 +110,13 @@ def test_tiny_end_to_end_run_writes_valid_record(micro_overrides, micro_cache, t
     assert set(record["skip"]["per_layer_ffn_rate"]) == {str(i) for i in record["routable_layers"]}
     assert record["retain"]["baseline"] == "dense" and record["retain"]["tasks"] == ["heldout_ppl"]
     assert record["retain"]["value"] > 0 and "fact_select" in record["eval_meta"]["diagnostic_metric"]
-    assert set(record["skip"]["by_token_type"]) == {"plain", "fact_answer", "fact_other", "arith_answer", "arith_operand"}
+    assert set(record["skip"]["by_token_type"]) == {
+        "plain",
+        "fact_answer",
+        "fact_other",
+        "arith_answer",
+        "arith_operand",
+    }
     assert record["bed"]["name"] == "testbed"
     assert (micro_cache / "testbed" / record["bed"]["recipe_hash"] / "manifest.json").is_file()
     assert (tmp_path / "run" / "router" / "hero_router.safetensors").is_file()
@@ -98,7 +136,9 @@ def test_relaunch_skips_completed_run_and_force_reruns(micro_overrides, tmp_path
 def test_same_seed_same_result(micro_overrides, tmp_path):
     a = run(compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/a"]), run_dir=tmp_path / "a")
     b = run(compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/b"]), run_dir=tmp_path / "b")
-    c = run(compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/c", "seed=7"]), run_dir=tmp_path / "c")
+    c = run(
+        compose_train(micro_overrides + ["eval=none", f"paths.root={tmp_path}/c", "seed=7"]), run_dir=tmp_path / "c"
+    )
     assert a == b and a != c
 
 
@@ -144,14 +184,26 @@ def test_wandb_offline_logs_grouped_run_with_values(micro_overrides, tmp_path, m
 
 def _train_cli(args: list[str], cwd: Path, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
-    return subprocess.run([sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_multirun_three_seeds_writes_three_records(micro_cache, tmp_path):
-    args = ["-m", "ablation=no_memory_read", "seed=42,43,44", "model.recipe=micro", f"paths.cache={micro_cache}",
-            f"paths.root={tmp_path}", "trainer.max_steps=2", "trainer.global_batch=2", "trainer.micro_batch=2",
-            "trainer.progress=false", "logger=none", "eval=none"]
+    args = [
+        "-m",
+        "ablation=no_memory_read",
+        "seed=42,43,44",
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={tmp_path}",
+        "trainer.max_steps=2",
+        "trainer.global_batch=2",
+        "trainer.micro_batch=2",
+        "trainer.progress=false",
+        "logger=none",
+        "eval=none",
+    ]
     proc = _train_cli(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = [json.loads(p.read_text()) for p in (tmp_path / "multirun").rglob("results.json")]
@@ -160,20 +212,28 @@ def test_multirun_three_seeds_writes_three_records(micro_cache, tmp_path):
     assert len({r["config_hash"] for r in records}) == 3
 
 
-@pytest.mark.parametrize("args, message", [
-    (["alpha=-1"], "alpha=-1: must be a non-negative number"),
-    (["router.memory_dim=0"], "router.memory_dim=0: must be a positive integer"),
-    (["router.tau=1.5"], "router.tau=1.5: must lie in the open interval"),
-    (["layers=explicit", "layers.indices=[1,99]"], "layer index 99 is outside the model: valid range is 0..1"),
-    (["data=jsonl", "data.path=/nonexistent/sft.jsonl"], "data.path='/nonexistent/sft.jsonl': no such file"),
-    (["trainer.global_batch=3"], "trainer.global_batch=3 is not a multiple of trainer.micro_batch=2"),
-    (["model.dtype=float8"], "model.dtype='float8': allowed values are"),
-    (["data.responses=greedy"], "data.responses='greedy': allowed values are sampled, written"),
-    (["method=lora", "method.r=0"], "method.r=0: the LoRA rank must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["alpha=-1"], "alpha=-1: must be a non-negative number"),
+        (["router.memory_dim=0"], "router.memory_dim=0: must be a positive integer"),
+        (["router.tau=1.5"], "router.tau=1.5: must lie in the open interval"),
+        (["layers=explicit", "layers.indices=[1,99]"], "layer index 99 is outside the model: valid range is 0..1"),
+        (["data=jsonl", "data.path=/nonexistent/sft.jsonl"], "data.path='/nonexistent/sft.jsonl': no such file"),
+        (["trainer.global_batch=3"], "trainer.global_batch=3 is not a multiple of trainer.micro_batch=2"),
+        (["model.dtype=float8"], "model.dtype='float8': allowed values are"),
+        (["data.responses=greedy"], "data.responses='greedy': allowed values are sampled, written"),
+        (["method=lora", "method.r=0"], "method.r=0: the LoRA rank must be a positive integer"),
+    ],
+)
 def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, args, message):
-    base = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "logger=none",
-            "trainer.micro_batch=2"]
+    base = [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={tmp_path}",
+        "logger=none",
+        "trainer.micro_batch=2",
+    ]
     proc = _train_cli(base + args, tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == f"error: {proc.stderr.strip().splitlines()[-1][7:]}"
@@ -193,14 +253,19 @@ def test_a_beds_data_and_suite_run_only_on_its_own_backbone():
     validate(compose_train(["model=llama3_1_8b", "data=tulu3", "eval=paper7"]))
 
 
-@pytest.mark.parametrize("model_path, message", [
-    ("no-such-org/no-such-model", "model=llama3_1_8b: cannot load 'no-such-org/no-such-model' ("),
-    ("/no/such/llama", "model.path='/no/such/llama': no such directory"),
-])
+@pytest.mark.parametrize(
+    "model_path, message",
+    [
+        ("no-such-org/no-such-model", "model=llama3_1_8b: cannot load 'no-such-org/no-such-model' ("),
+        ("/no/such/llama", "model.path='/no/such/llama': no such directory"),
+    ],
+)
 def test_unreachable_hub_model_is_one_line_naming_the_fix(tmp_path, model_path, message):
-    proc = _train_cli(["model=llama3_1_8b", "data=tulu3", "eval=paper7", f"paths.root={tmp_path}", "logger=none"],
-                      tmp_path,
-                      {"HF_HUB_OFFLINE": "1", "HERO_LLAMA3_1_8B": model_path})
+    proc = _train_cli(
+        ["model=llama3_1_8b", "data=tulu3", "eval=paper7", f"paths.root={tmp_path}", "logger=none"],
+        tmp_path,
+        {"HF_HUB_OFFLINE": "1", "HERO_LLAMA3_1_8B": model_path},
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {message}") and "Traceback" not in proc.stderr
@@ -210,8 +275,17 @@ def test_unreachable_hub_model_is_one_line_naming_the_fix(tmp_path, model_path, 
 
 
 def test_relaunch_of_a_finished_config_leaves_no_second_run_directory(micro_cache, tmp_path):
-    args = ["model.recipe=micro", f"paths.cache={micro_cache}", f"paths.root={tmp_path}", "logger=none", "eval=none",
-            "trainer.max_steps=1", "trainer.global_batch=2", "trainer.micro_batch=2", "trainer.progress=false"]
+    args = [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={tmp_path}",
+        "logger=none",
+        "eval=none",
+        "trainer.max_steps=1",
+        "trainer.global_batch=2",
+        "trainer.micro_batch=2",
+        "trainer.progress=false",
+    ]
     for _ in range(2):
         proc = _train_cli(args, tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -227,8 +301,10 @@ def test_unknown_group_option_fails_before_loading(tmp_path):
 
 
 def test_local_jsonl_in_tulu_format_loads_and_trains(micro_overrides, tmp_path):
-    rows = [{"messages": [{"role": "user", "content": f"What is {i}+{i}?"}, {"role": "assistant", "content": str(2 * i)}]}
-            for i in range(8)]
+    rows = [
+        {"messages": [{"role": "user", "content": f"What is {i}+{i}?"}, {"role": "assistant", "content": str(2 * i)}]}
+        for i in range(8)
+    ]
     path = tmp_path / "sft.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for data in (["data=jsonl", f"data.path={path}"], ["data=tulu3", f"data.path={path}"]):
@@ -240,7 +316,9 @@ def test_local_jsonl_in_tulu_format_loads_and_trains(micro_overrides, tmp_path):
 
 def test_bad_jsonl_rows_are_reported_with_line_number(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps({"text": "x"}) + "\n")
+    path.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps({"text": "x"}) + "\n"
+    )
     with pytest.raises(ConfigError, match=r"bad.jsonl:2: expected a non-empty 'messages' list"):
         load_conversations(compose_train(["data=jsonl", f"data.path={path}"]).data)
 
@@ -281,8 +359,12 @@ def test_a_truncated_sample_trains_its_content_but_not_the_turn_end_it_never_sam
 
 def test_the_truncated_mark_survives_loading(tmp_path):
     path = tmp_path / "cut.jsonl"
-    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
-                                             {"role": "assistant", "content": "so", "truncated": True}]}) + "\n")
+    path.write_text(
+        json.dumps(
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "so", "truncated": True}]}
+        )
+        + "\n"
+    )
     loaded = load_conversations(compose_train(["data=jsonl", f"data.path={path}"]).data)
     assert loaded == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "so", "truncated": True}]]
 
@@ -311,7 +393,10 @@ def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
     if model == "tiny":
         import transformers
 
-        tiny = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-            vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        tiny = transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(
+                vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+            )
+        )
         lora = with_lora(tiny, cfg.method).base_model.model.model.layers[0].mlp.up_proj
         assert lora.r["default"] == rank and lora.scaling["default"] == 2.0

@@ -1,4 +1,5 @@
 """The run record as a type: every committed record loads as a ``RunRecord`` and writes back the same fields."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,18 @@ def test_committed_record_loads_and_round_trips(path):
 
 
 def test_optional_fields_are_left_out_and_unknown_fields_refused(tmp_path):
-    record = RunRecord(status="failed", method="hero", variant="full", backbone="tiny", seed=1, alpha=0.1,
-                       layer_set="all", memory_dim=8, config_hash="0" * 16, error="ValueError: x")
+    record = RunRecord(
+        status="failed",
+        method="hero",
+        variant="full",
+        backbone="tiny",
+        seed=1,
+        alpha=0.1,
+        layer_set="all",
+        memory_dim=8,
+        config_hash="0" * 16,
+        error="ValueError: x",
+    )
     data = json.loads(record.write(tmp_path / "r.json").read_text())
     assert list(data)[0] == "schema_version" and "calibration" not in data and data["error"] == "ValueError: x"
     with pytest.raises(ValueError, match="launch_hsah"):

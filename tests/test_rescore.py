@@ -1,13 +1,14 @@
 """``python -m hero.rescore``: a finished run is scored again from the trained tensors kept beside its record."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from conftest import MICRO_RETAIN, compose_train
-from hero.pipeline import run
+
 from hero.errors import ConfigError
+from hero.pipeline import run
 from hero.rescore import main, rescore
 
 
@@ -29,8 +30,9 @@ def test_rescoring_on_the_same_suite_reproduces_the_scores_and_records_its_origi
     assert (path.parents[1] / "baselines").is_dir()  # the suite's dense record sits beside it for analysis
 
 
-def test_rescoring_without_the_trained_tensors_or_with_another_run_option_fails_in_one_line(micro_overrides, tmp_path,
-                                                                                          capsys):
+def test_rescoring_without_the_trained_tensors_or_with_another_run_option_fails_in_one_line(
+    micro_overrides, tmp_path, capsys
+):
     run(compose_train([*micro_overrides, MICRO_RETAIN, "method=lora"]), run_dir=tmp_path / "run")
     assert main([str(tmp_path / "run"), "seed=7"]) == 2
     assert "rescoring changes only the suite" in capsys.readouterr().err

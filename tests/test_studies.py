@@ -1,6 +1,7 @@
 """Committed studies (docs/studies/<name>/): the report's tables rebuild byte for byte from the committed records.
 
 Tables and CSVs, not the PNG plots (their bytes depend on the font and renderer of a machine)."""
+
 from __future__ import annotations
 
 from pathlib import Path

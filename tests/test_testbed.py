@@ -3,6 +3,7 @@
 Fast tests use ``TINY_RECIPE`` built into a temporary cache root (seconds). Tests marked
 ``testbed`` use the full cached backbone (built on first use, ~10 min once per machine).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,9 +17,21 @@ import torch
 
 from hero.model import decoder_layers
 from hero.model.drop import drop_routable_ffn
-from hero.testbed import (CHANCE, CHANCE_MARGIN, RECIPE, RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE,
-                          TOKEN_TYPES, ensure_testbed, evaluate, recipe_hash, retain,
-                          token_type_batches, token_type_losses)
+from hero.testbed import (
+    CHANCE,
+    CHANCE_MARGIN,
+    RECIPE,
+    RETAIN_TASKS,
+    TASK_PRIMARY_METRIC,
+    TASKS,
+    TINY_RECIPE,
+    TOKEN_TYPES,
+    ensure_testbed,
+    evaluate,
+    recipe_hash,
+    retain,
+    token_type_batches,
+)
 from hero.testbed.build import build_corpus, build_tokenizer_and_streams
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,8 +56,9 @@ def test_tokenizer_splits_digits_and_has_chat_template(tiny):
     tok = tiny[1].load_tokenizer()
     ids = tok("12+345=357", add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == list("12+345=357")
-    text = tok.apply_chat_template([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}],
-                                   tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}], tokenize=False
+    )
     assert text == "<|user|>\nHi<|end|>\n<|assistant|>\nYo<|end|>\n"
 
 
@@ -70,7 +84,7 @@ def test_sampled_responses_are_the_dense_backbones_samples_for_the_written_promp
     directory = ensure_sampled(tb)
     stamp = (directory / "sampled.json").stat().st_mtime_ns
     assert ensure_sampled(tb) == directory and (directory / "sampled.json").stat().st_mtime_ns == stamp
-    for split, offset in (("train", 0), ("val", 1)):
+    for split in ("train", "val"):
         written = [json.loads(line)["messages"] for line in open(tb.data_dir / f"sft_{split}.jsonl")]
         sampled = [json.loads(line)["messages"] for line in open(directory / f"sft_{split}.jsonl")]
         prompts = [m[0]["content"] for m in written]
@@ -80,8 +94,15 @@ def test_sampled_responses_are_the_dense_backbones_samples_for_the_written_promp
     tok = tb.load_tokenizer()
     stop = [tok.convert_tokens_to_ids("<|end|>"), tok.eos_token_id]
     first = [json.loads(line)["messages"] for line in open(tb.data_dir / "sft_train.jsonl")][:32]
-    again, cut = respond(tb.load_backbone(), tok, [m[0]["content"] for m in first], SAMPLED_MAX_NEW_TOKENS,
-                         sample=True, seed=TINY_RECIPE.seed + 10, stop_ids=stop)
+    again, cut = respond(
+        tb.load_backbone(),
+        tok,
+        [m[0]["content"] for m in first],
+        SAMPLED_MAX_NEW_TOKENS,
+        sample=True,
+        seed=TINY_RECIPE.seed + 10,
+        stop_ids=stop,
+    )
     rows = [json.loads(line)["messages"] for line in open(directory / "sft_train.jsonl")]
     assert [a for a in again if a][:10] == [m[1]["content"] for m in rows][:10]
     assert [bool(c) for a, c in zip(again, cut) if a][:10] == [m[1].get("truncated", False) for m in rows][:10]
@@ -102,11 +123,17 @@ def test_recipe_change_triggers_rebuild_and_same_recipe_reuses(tiny):
 
 
 def test_concurrent_callers_build_once(tmp_path):
-    code = ("import sys; from hero.testbed import ensure_testbed, TINY_RECIPE; "
-            "print('ROOT', ensure_testbed(sys.argv[1], TINY_RECIPE).root)")
+    code = (
+        "import sys; from hero.testbed import ensure_testbed, TINY_RECIPE; "
+        "print('ROOT', ensure_testbed(sys.argv[1], TINY_RECIPE).root)"
+    )
     env = {**os.environ, "PYTHONPATH": REPO}
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                              env=env, cwd=REPO) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sum(o.count("[testbed] building") for o in outs) == 1
@@ -144,7 +171,8 @@ def test_evaluate_runs_on_tiny(tiny):
     ones = {task: {metric: 0.5} for task, metric in TASK_PRIMARY_METRIC.items()}
     assert retain(ones, ones) == pytest.approx(100.0)
     assert retain({**ones, RETAIN_TASKS[0]: {TASK_PRIMARY_METRIC[RETAIN_TASKS[0]]: 0.25}}, ones) == pytest.approx(
-        100.0 - 50.0 / len(RETAIN_TASKS))
+        100.0 - 50.0 / len(RETAIN_TASKS)
+    )
     assert retain(ones, {**ones, RETAIN_TASKS[0]: {TASK_PRIMARY_METRIC[RETAIN_TASKS[0]]: 0.0}}) is None
 
 
@@ -164,8 +192,10 @@ def dense_scores(full):
 @pytest.mark.testbed
 def test_backbone_loads_offline_and_reproduces_recorded_scores(full, dense_scores):
     tb = full[0]
-    code = ("import sys; from transformers import AutoModelForCausalLM, AutoTokenizer; "
-            "AutoModelForCausalLM.from_pretrained(sys.argv[1]); AutoTokenizer.from_pretrained(sys.argv[1])")
+    code = (
+        "import sys; from transformers import AutoModelForCausalLM, AutoTokenizer; "
+        "AutoModelForCausalLM.from_pretrained(sys.argv[1]); AutoTokenizer.from_pretrained(sys.argv[1])"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     subprocess.run([sys.executable, "-c", code, str(tb.backbone_dir)], check=True, env=env)
     assert dense_scores["heldout_ppl"]["loss"] == pytest.approx(tb.manifest["heldout_loss"], abs=1e-4)
@@ -206,8 +236,17 @@ def test_lora_trained_without_skip_stays_within_two_retain_points_of_dense(full,
 
     tb = full[0]
     with initialize_config_dir(config_dir=os.path.join(REPO, "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=["method=lora", "seed=42", f"paths.cache={tb.root.parents[1]}",
-                                                      f"paths.root={tmp_path}", "logger=none", "trainer.progress=false"])
+        cfg = compose(
+            config_name="train",
+            overrides=[
+                "method=lora",
+                "seed=42",
+                f"paths.cache={tb.root.parents[1]}",
+                f"paths.root={tmp_path}",
+                "logger=none",
+                "trainer.progress=false",
+            ],
+        )
     run(cfg, run_dir=tmp_path / "lora")
     record = json.loads((tmp_path / "lora" / "results.json").read_text())
     assert record["retain"]["baseline"] == "dense" and set(record["retain"]["tasks"]) == set(RETAIN_TASKS)

@@ -28,8 +28,18 @@
 import polars as pl
 from IPython.display import Image, Markdown, display
 
-from analysis import (area_between, build_table, curve_points, curves, load_runs, matched_skip, paper_tables,
-                      reference_curves, resolve_baselines, with_retain)
+from analysis import (
+    area_between,
+    build_table,
+    curve_points,
+    curves,
+    load_runs,
+    matched_skip,
+    paper_tables,
+    reference_curves,
+    resolve_baselines,
+    with_retain,
+)
 from analysis.execute import figure_dir, results_dirs
 from analysis.plots import quality_cost
 
@@ -53,8 +63,11 @@ display(Markdown(table3.to_markdown()))
 # %%
 dense = resolve_baselines(frame, "method=dense", "curve baseline", runs.tasks)
 ablations = with_retain(frame, dense).filter(
-    pl.col("scored") & (pl.col("method") == "hero") & (pl.col("memory_dim") == MAIN_DIM)
-    & (pl.col("layer_set") == MAIN_LAYERS))
+    pl.col("scored")
+    & (pl.col("method") == "hero")
+    & (pl.col("memory_dim") == MAIN_DIM)
+    & (pl.col("layer_set") == MAIN_LAYERS)
+)
 points = curve_points(ablations, ["retain"])
 retain_curves = curves(points, "retain")
 reference = reference_curves(retain_curves, "variant=full")
@@ -77,5 +90,7 @@ areas.select("variant", "skip_lo", "skip_hi", "area", "mean_gap").sort("mean_gap
 # %%
 worst = areas.drop_nulls("mean_gap").sort("mean_gap").row(0, named=True)
 spread = table3.stats["retain.std"].max()
-print(f"largest loss at matched skip: {worst['variant']} (mean gap {worst['mean_gap']:+.2f} Retain points over "
-      f"skip {worst['skip_lo']:.1f}–{worst['skip_hi']:.1f} %); largest seed std in Table 3: {spread:.2f}")
+print(
+    f"largest loss at matched skip: {worst['variant']} (mean gap {worst['mean_gap']:+.2f} Retain points over "
+    f"skip {worst['skip_lo']:.1f}–{worst['skip_hi']:.1f} %); largest seed std in Table 3: {spread:.2f}"
+)

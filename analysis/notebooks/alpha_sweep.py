@@ -44,9 +44,17 @@ display(Markdown(table2.to_markdown()))
 
 # %%
 dense = resolve_baselines(frame, "method=dense", "curve baseline", runs.tasks)
-sweep = with_retain(frame, dense).filter(
-    pl.col("scored") & (pl.col("method") == "hero") & (pl.col("variant") == "full") & (pl.col("memory_dim") == MAIN_DIM)
-    & (pl.col("layer_set") == MAIN_LAYERS)).with_columns((pl.col("skip.param_rate") * 100).alias("skip"))
+sweep = (
+    with_retain(frame, dense)
+    .filter(
+        pl.col("scored")
+        & (pl.col("method") == "hero")
+        & (pl.col("variant") == "full")
+        & (pl.col("memory_dim") == MAIN_DIM)
+        & (pl.col("layer_set") == MAIN_LAYERS)
+    )
+    .with_columns((pl.col("skip.param_rate") * 100).alias("skip"))
+)
 stats = summarize(sweep, ["skip", "retain"]).sort("alpha")
 fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
 a.errorbar(stats["alpha"], stats["skip.mean"], yerr=stats["skip.std"], fmt="o-", capsize=3)

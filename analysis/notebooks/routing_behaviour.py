@@ -24,8 +24,8 @@ import polars as pl
 from IPython.display import Image, display
 
 from analysis import KEYS, load_runs, summarize
-from analysis.load import layer_values
 from analysis.execute import figure_dir, results_dirs
+from analysis.load import layer_values
 from analysis.plots import ffn_usage_heatmap, per_token_skip, rho_per_layer
 
 MAIN = dict(main_alpha=1e-3, main_memory_dim=64, main_layer_set="second_half")
@@ -62,6 +62,10 @@ display(Image(path)) if path else print("no learned ρ in these records")
 by_type = [c for c in hero.columns if c.startswith("skip.by_token_type.")]
 if by_type:
     display(summarize(hero, by_type).select(*KEYS, "n", *(f"{c}.mean" for c in by_type)))
-usage = (layer_values(hero, "per_layer_ffn_rate").group_by("layer")
-         .agg(pl.col("value").mean().alias("ffn_usage")).sort("ffn_usage"))
+usage = (
+    layer_values(hero, "per_layer_ffn_rate")
+    .group_by("layer")
+    .agg(pl.col("value").mean().alias("ffn_usage"))
+    .sort("ffn_usage")
+)
 print("layers by mean FFN usage (lowest = skipped most):", usage.to_dicts())

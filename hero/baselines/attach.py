@@ -19,10 +19,11 @@ through FFN(u) of skipped tokens too; without gradient (evaluation, generation) 
 single-branch like every other policy. The per-layer η of the block is frozen: baselines
 have no memory.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import nn
@@ -70,8 +71,17 @@ def hard_decision(gate: torch.Tensor, logit: torch.Tensor | None = None, extras:
     n = gate.shape[0]
     nan = torch.full((n,), float("nan"), device=gate.device)
     empty = gate.new_zeros((n, 0))
-    return Decision(gate=gate, history_logit=nan, local_logit=logit if logit is not None else nan, p_hist=nan,
-                    m_hist=nan, x_path=empty, memory_read=empty, nu=nan, extras=extras or {})
+    return Decision(
+        gate=gate,
+        history_logit=nan,
+        local_logit=logit if logit is not None else nan,
+        p_hist=nan,
+        m_hist=nan,
+        x_path=empty,
+        memory_read=empty,
+        nu=nan,
+        extras=extras or {},
+    )
 
 
 class Policy(nn.Module):
@@ -95,7 +105,9 @@ class Policy(nn.Module):
 class BaselineDecoderLayer(RoutedDecoderLayer):
     """``RoutedDecoderLayer`` for a baseline policy; differs only for a dense straight-through policy in training."""
 
-    def _branches(self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+    def _branches(
+        self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
+    ) -> torch.Tensor:
         if self.router.dense_straight_through and torch.is_grad_enabled() and self.training:
             # SkipGPT's ST estimator: out = g·FFN(u) for every token, g ∈ {0, 1} in value, so skipped
             # tokens add 0 but their gate still receives ∂L/∂g = ⟨∂L/∂h, FFN(u)⟩.
@@ -103,8 +115,15 @@ class BaselineDecoderLayer(RoutedDecoderLayer):
         return super()._branches(hbar, u, gate, executed)
 
 
-def attach_policy(model: nn.Module, layers: str | Sequence[int], method: str, options: dict, factory,
-                  adapter: bool, adapter_dim: int | None = None) -> nn.Module:
+def attach_policy(
+    model: nn.Module,
+    layers: str | Sequence[int],
+    method: str,
+    options: dict,
+    factory,
+    adapter: bool,
+    adapter_dim: int | None = None,
+) -> nn.Module:
     """Wrap the routable layers of ``model`` in place and register the policy as ``model.hero_router``.
 
     ``factory(hidden_size, num_routable, config)`` builds the policy. Trainable afterwards: the
@@ -124,8 +143,9 @@ def attach_policy(model: nn.Module, layers: str | Sequence[int], method: str, op
     policy = factory(hidden_size, len(routable), config).to(reference.device)
     context = RoutingContext()
     for j, index in enumerate(routable, start=1):
-        block = BaselineDecoderLayer(module_list[index], policy, context, j, index, adapter_dim,
-                                     rho_init=0.5, forget="learned")
+        block = BaselineDecoderLayer(
+            module_list[index], policy, context, j, index, adapter_dim, rho_init=0.5, forget="learned"
+        )
         block.eta.requires_grad_(False)
         if not adapter:
             block.adapter = ZeroAdapter()
@@ -137,5 +157,6 @@ def attach_policy(model: nn.Module, layers: str | Sequence[int], method: str, op
     model.hero_param_counts = {
         "router": sum(p.numel() for p in policy.parameters() if p.requires_grad),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "counted": "router: the policy's parameters; trainable: policy + adapters"}
+        "counted": "router: the policy's parameters; trainable: policy + adapters",
+    }
     return model

@@ -16,6 +16,7 @@ loss alone; with ``adapter=false`` nothing trains and a skipped token keeps h̄.
 parameter skip rate is p × (routable FFN parameters / all parameters) in expectation; p is
 the calibration knob.
 """
+
 from __future__ import annotations
 
 import torch

@@ -20,9 +20,10 @@ knob) and λ = ``method.sparsity_weight``. In training the FFN runs on every tok
 multiplied by g), because the estimator's gradient for a skipped token is ⟨∂L/∂h, FFN(u)⟩;
 without gradient the block runs only the chosen branch (``hero.baselines.attach``).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +31,10 @@ from torch import nn
 
 from hero.baselines.attach import Policy, PolicyConfig, hard_decision
 
-SOURCE = ("Zhao et al., 2025, SkipGPT: Dynamic Layer Pruning Reinvented with Token Awareness and Module "
-          "Decoupling (router tuning stage, SkipGPT-RT)")
+SOURCE = (
+    "Zhao et al., 2025, SkipGPT: Dynamic Layer Pruning Reinvented with Token Awareness and Module "
+    "Decoupling (router tuning stage, SkipGPT-RT)"
+)
 DEVIATIONS = (
     "FFN-only routing: SkipGPT also routes attention (module decoupling); here attention always runs, as in HeRo, "
     "so both skip the same modules and the KV cache stays complete",

@@ -13,9 +13,10 @@ of the training data), measured on the dense backbone. The k routable FFNs with 
 trained. k is the calibration knob; the record stores the BI values, the ranking and the
 removed layers.
 """
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +25,10 @@ from torch import nn
 from hero.baselines.attach import Policy, PolicyConfig, hard_decision
 from hero.model.attach import decoder_layers
 
-SOURCE = ("Men et al., 2024, ShortGPT: Layers in Large Language Models are More Redundant Than You Expect "
-          "(Block Influence, static removal)")
+SOURCE = (
+    "Men et al., 2024, ShortGPT: Layers in Large Language Models are More Redundant Than You Expect "
+    "(Block Influence, static removal)"
+)
 DEVIATIONS = (
     "the removed unit is a routable layer's FFN, not the whole layer: attention always runs, as in HeRo",
     "Block Influence compares the residual before and after the FFN (not the layer's input and output)",
@@ -34,17 +37,22 @@ DEVIATIONS = (
 
 
 @torch.no_grad()
-def block_influence(model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-                    layers: Sequence[int]) -> dict[int, float]:
+def block_influence(
+    model: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]], layers: Sequence[int]
+) -> dict[int, float]:
     """BI_l for each of ``layers`` on the dense ``model`` over ``(input_ids, attention_mask)`` batches."""
     stack = decoder_layers(model)
     captured: dict[int, dict[str, torch.Tensor]] = {i: {} for i in layers}
     hooks = []
     for i in layers:
-        hooks.append(stack[i].post_attention_layernorm.register_forward_pre_hook(
-            lambda _m, args, i=i: captured[i].__setitem__("before", args[0])))
-        hooks.append(stack[i].mlp.register_forward_hook(
-            lambda _m, _args, out, i=i: captured[i].__setitem__("ffn", out)))
+        hooks.append(
+            stack[i].post_attention_layernorm.register_forward_pre_hook(
+                lambda _m, args, i=i: captured[i].__setitem__("before", args[0])
+            )
+        )
+        hooks.append(
+            stack[i].mlp.register_forward_hook(lambda _m, _args, out, i=i: captured[i].__setitem__("ffn", out))
+        )
     sums = {i: 0.0 for i in layers}
     tokens = 0
     device = next(model.parameters()).device

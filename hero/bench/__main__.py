@@ -8,6 +8,7 @@
 Prints one line per shape and writes two run records (``dense`` and ``hero``, schema
 of ``hero/results.py``, figures under ``bench``) plus ``bench.json`` into ``out_dir``.
 """
+
 from __future__ import annotations
 
 import time
@@ -69,10 +70,15 @@ def run(cfg: DictConfig) -> dict:
     if cfg.compile:
         for model in (bench.dense, bench.routed):
             model.forward = torch.compile(model.forward, dynamic=True)
-    mode = f"trained router {cfg.router.checkpoint}" if cfg.router.checkpoint else f"forced FFN skip {cfg.router.ffn_skip}"
-    print(f"hero.bench: {cfg.model.name} (d={bench.shape.hidden}, {bench.shape.layers} layers, FFN {bench.shape.intermediate}), "
-          f"routable {bench.layers}, {mode}, {device} {str(dtype).removeprefix('torch.')}, threads {torch.get_num_threads()}; "
-          f"median of interleaved repeats, {cfg.clock} clock", flush=True)
+    mode = (
+        f"trained router {cfg.router.checkpoint}" if cfg.router.checkpoint else f"forced FFN skip {cfg.router.ffn_skip}"
+    )
+    print(
+        f"hero.bench: {cfg.model.name} (d={bench.shape.hidden}, {bench.shape.layers} layers, FFN {bench.shape.intermediate}), "
+        f"routable {bench.layers}, {mode}, {device} {str(dtype).removeprefix('torch.')}, threads {torch.get_num_threads()}; "
+        f"median of interleaved repeats, {cfg.clock} clock",
+        flush=True,
+    )
     results = measure_all(bench, cfg, log=lambda line: print("  " + line, flush=True))
     paths = write_records(cfg, bench, results, device, dtype, wall_time_s=time.time() - start)
     for path in paths:

@@ -25,10 +25,11 @@ sides (they are the same for dense and routed, apart from the router's own few
 element-wise passes, which the 6·d term stands for). Ideal speedup = dense FLOPs /
 routed FLOPs of the same run, with the realized number of skipped (token, layer) pairs.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from hero.model.config import RouterConfig
 
@@ -44,12 +45,19 @@ class Shape:
     vocab: int
 
     @classmethod
-    def from_config(cls, config) -> "Shape":
+    def from_config(cls, config) -> Shape:
         """From a transformers config (LlamaConfig and friends)."""
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        return cls(config.hidden_size, config.num_hidden_layers, heads, getattr(config, "num_key_value_heads", heads) or heads,
-                   head_dim, config.intermediate_size, config.vocab_size)
+        return cls(
+            config.hidden_size,
+            config.num_hidden_layers,
+            heads,
+            getattr(config, "num_key_value_heads", heads) or heads,
+            head_dim,
+            config.intermediate_size,
+            config.vocab_size,
+        )
 
 
 def attention_proj_flops(s: Shape) -> int:
@@ -107,8 +115,9 @@ def dense_flops(s: Shape, tokens: int, context: int, logits: int) -> int:
     return s.layers * per_layer + logits * lm_head_flops(s)
 
 
-def routed_flops(s: Shape, config: RouterConfig, adapter_dim: int, tokens: int, context: int, logits: int,
-                 skipped: Sequence[int]) -> int:
+def routed_flops(
+    s: Shape, config: RouterConfig, adapter_dim: int, tokens: int, context: int, logits: int, skipped: Sequence[int]
+) -> int:
     """The same pass routed: ``skipped[j-1]`` tokens take the adapter instead of the FFN at routable block j."""
     num_routable = len(skipped)
     total = dense_flops(s, tokens, context, logits)
@@ -118,8 +127,9 @@ def routed_flops(s: Shape, config: RouterConfig, adapter_dim: int, tokens: int, 
     return total
 
 
-def breakdown(s: Shape, config: RouterConfig, adapter_dim: int, tokens: int, context: int, logits: int,
-              skipped: Sequence[int]) -> dict:
+def breakdown(
+    s: Shape, config: RouterConfig, adapter_dim: int, tokens: int, context: int, logits: int, skipped: Sequence[int]
+) -> dict:
     """Dense and routed FLOPs with the parts that differ, and the ideal speedup."""
     dense = dense_flops(s, tokens, context, logits)
     routed = routed_flops(s, config, adapter_dim, tokens, context, logits, skipped)

@@ -13,9 +13,9 @@ keyed ``bench.<figure>.<shape>`` (shape ``b1_s512`` for prefill, ``b1_p128`` for
 
 ``bench_meta`` says how it was measured (device, dtype, threads, repeats, memory kind).
 """
+
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -35,30 +35,56 @@ def _figures(results: dict, name: str) -> dict:
         out["peak_memory_mb"][f"decode_{key}"] = r[name]["peak_memory"].get("delta_bytes", 0) / 2**20
     if name == "routed":
         for phase in ("prefill", "decode"):
-            for figure in ("measured_speedup", "ideal_speedup", "measured_over_ideal", "flop_ideal_speedup",
-                           "bytes_ideal_speedup"):
+            for figure in (
+                "measured_speedup",
+                "ideal_speedup",
+                "measured_over_ideal",
+                "flop_ideal_speedup",
+                "bytes_ideal_speedup",
+            ):
                 out[f"{phase}_{figure}"] = {key: r[figure] for key, r in results[phase].items()}
             out[f"{phase}_realized_ffn_skip"] = {key: r["realized"]["ffn_skip"] for key, r in results[phase].items()}
-            out[f"{phase}_realized_param_skip"] = {key: r["realized"]["param_rate"] for key, r in results[phase].items()}
+            out[f"{phase}_realized_param_skip"] = {
+                key: r["realized"]["param_rate"] for key, r in results[phase].items()
+            }
     return out
 
 
-def write_records(cfg, bench, results: dict, device: torch.device, dtype: torch.dtype, wall_time_s: float) -> list[Path]:
+def write_records(
+    cfg, bench, results: dict, device: torch.device, dtype: torch.dtype, wall_time_s: float
+) -> list[Path]:
     out_dir = Path(cfg.out_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     threads = torch.get_num_threads()
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({threads} threads)"
-    meta = {"device": str(device), "device_name": device_name, "dtype": str(dtype).removeprefix("torch."), "threads": threads,
-            "compile": bool(cfg.compile), "prefill_repeats": cfg.prefill.repeats, "decode_repeats": cfg.decode.repeats,
-            "decode_prompt": cfg.decode.prompt, "decode_steps": cfg.decode.steps,
-            "memory_kind": next((r["dense"]["peak_memory"].get("kind") for r in [*results["prefill"].values(),
-                                                                             *results["decode"].values()]), None),
-            "skipped_shapes": results.get("skipped_shapes", []), "timing": "median of interleaved repeats",
-            "clock": cfg.clock}
+    meta = {
+        "device": str(device),
+        "device_name": device_name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": threads,
+        "compile": bool(cfg.compile),
+        "prefill_repeats": cfg.prefill.repeats,
+        "decode_repeats": cfg.decode.repeats,
+        "decode_prompt": cfg.decode.prompt,
+        "decode_steps": cfg.decode.steps,
+        "memory_kind": next(
+            (
+                r["dense"]["peak_memory"].get("kind")
+                for r in [*results["prefill"].values(), *results["decode"].values()]
+            ),
+            None,
+        ),
+        "skipped_shapes": results.get("skipped_shapes", []),
+        "timing": "median of interleaved repeats",
+        "clock": cfg.clock,
+    }
     # Realized routing of all measured tokens (prefill and decode pooled, weighted by tokens).
     tokens = sum(r["realized"]["tokens"] for phase in ("prefill", "decode") for r in results[phase].values())
-    param_rate = sum(r["realized"]["param_rate"] * r["realized"]["tokens"] for phase in ("prefill", "decode")
-                     for r in results[phase].values()) / max(1, tokens)
+    param_rate = sum(
+        r["realized"]["param_rate"] * r["realized"]["tokens"]
+        for phase in ("prefill", "decode")
+        for r in results[phase].values()
+    ) / max(1, tokens)
     per_layer: dict[str, float] = {}
     for phase in ("prefill", "decode"):
         for r in results[phase].values():
@@ -82,9 +108,16 @@ def write_records(cfg, bench, results: dict, device: torch.device, dtype: torch.
             "routable_layers": bench.layers if method == "hero" else [],
             "router": router_options if method == "hero" else None,
             "memory_dim": router_options["memory_dim"] if method == "hero" else None,
-            "skip": ({"param_rate": param_rate, "tokens": tokens, "per_layer_ffn_rate": per_layer,
-                      "target_ffn_skip": None if checkpoint else float(cfg.router.ffn_skip)}
-                     if method == "hero" else {"param_rate": 0.0}),
+            "skip": (
+                {
+                    "param_rate": param_rate,
+                    "tokens": tokens,
+                    "per_layer_ffn_rate": per_layer,
+                    "target_ffn_skip": None if checkpoint else float(cfg.router.ffn_skip),
+                }
+                if method == "hero"
+                else {"param_rate": 0.0}
+            ),
             "eval": {},
             "eval_meta": {"suite": "none"},
             "retain": None,

@@ -11,6 +11,7 @@ model's (``hero.bench.flops``, compute-bound) and the bytes-moved model's
 it). Each shape is held to the lower of the two, the ideal that applies; measured /
 ideal says how much of that saving the implementation turns into wall-clock time.
 """
+
 from __future__ import annotations
 
 import copy
@@ -63,7 +64,7 @@ class ForcedSkip:
         if table is None or table.numel() < start + n or table.device != gate.device:
             k = torch.arange(max(4096, 2 * (start + n)), dtype=torch.float64, device=gate.device)
             table = self.tables[j] = torch.frac(self.offset(j) + k * GOLDEN) >= self.skip
-        return table[start:start + n]
+        return table[start : start + n]
 
 
 @dataclass
@@ -111,14 +112,28 @@ class SkipCount:
     def result(self) -> dict:
         n = max(1, self.tokens)
         passes = max(1, self.passes)
-        return {"param_rate": self.param_rate, "ffn_skip": self.ffn_skip, "tokens": self.tokens,
-                "per_layer_ffn_rate": {str(layer): 1.0 - s / n for layer, s in zip(self.layers, self.skipped)},
-                "ffn_blocks_per_pass": self.ffn_blocks / passes, "adapter_blocks_per_pass": self.adapter_blocks / passes}
+        return {
+            "param_rate": self.param_rate,
+            "ffn_skip": self.ffn_skip,
+            "tokens": self.tokens,
+            "per_layer_ffn_rate": {str(layer): 1.0 - s / n for layer, s in zip(self.layers, self.skipped)},
+            "ffn_blocks_per_pass": self.ffn_blocks / passes,
+            "adapter_blocks_per_pass": self.adapter_blocks / passes,
+        }
 
 
-def random_llama(hidden: int, layers: int, intermediate: int, heads: int, kv_heads: int, vocab: int, seed: int = 0,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 max_positions: int = 8192) -> nn.Module:
+def random_llama(
+    hidden: int,
+    layers: int,
+    intermediate: int,
+    heads: int,
+    kv_heads: int,
+    vocab: int,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    max_positions: int = 8192,
+) -> nn.Module:
     """A randomly initialised Llama of the given shape, built directly on ``device`` in ``dtype``.
 
     Speed does not depend on the weights: N(0, 0.02) matrices and unit norm weights
@@ -127,8 +142,15 @@ def random_llama(hidden: int, layers: int, intermediate: int, heads: int, kv_hea
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=max_positions)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_positions,
+    )
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
     model = model.to_empty(device=device).to(dtype)
@@ -165,8 +187,9 @@ def routed_twin(dense: nn.Module, layers, checkpoint: str | None = None) -> nn.M
 class Bench:
     """A dense backbone and its routed copy, with the FLOP model of both."""
 
-    def __init__(self, dense: nn.Module, routed: nn.Module, policy: ForcedSkip | None, device: torch.device,
-                 clock: str = "wall"):
+    def __init__(
+        self, dense: nn.Module, routed: nn.Module, policy: ForcedSkip | None, device: torch.device, clock: str = "wall"
+    ):
         self.dense, self.routed, self.policy, self.device, self.clock = dense, routed, policy, device, clock
         self.shape = flops.Shape.from_config(dense.config)
         self.router_config = routed.hero_config
@@ -202,10 +225,20 @@ class Bench:
     def _bytes(self, skip: SkipCount, tokens: int, kv_read: float, logits: int) -> dict:
         """Bytes moved by one forward pass (averaged over the counted passes: ``tokens``, ``kv_read`` per pass)."""
         passes = max(1, skip.passes)
-        return traffic.breakdown(self.shape, tokens, kv_read, logits, self.elem, num_routable=len(self.layers),
-                                 ffn_blocks=skip.ffn_blocks / passes, adapter_blocks=skip.adapter_blocks / passes,
-                                 adapter_dim=self.adapter_dim, adapter_elem=self.adapter_elem,
-                                 router_params=self.router_params, memory_dim=self.memory_dim)
+        return traffic.breakdown(
+            self.shape,
+            tokens,
+            kv_read,
+            logits,
+            self.elem,
+            num_routable=len(self.layers),
+            ffn_blocks=skip.ffn_blocks / passes,
+            adapter_blocks=skip.adapter_blocks / passes,
+            adapter_dim=self.adapter_dim,
+            adapter_elem=self.adapter_elem,
+            router_params=self.router_params,
+            memory_dim=self.memory_dim,
+        )
 
     # -- prefill ---------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -217,8 +250,9 @@ class Bench:
             return lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)
 
         with self._routing():
-            times = interleaved({"dense": run(self.dense), "routed": run(self.routed)}, self.device, repeats, warmup,
-                                clock=self.clock)
+            times = interleaved(
+                {"dense": run(self.dense), "routed": run(self.routed)}, self.device, repeats, warmup, clock=self.clock
+            )
             if self.policy is not None:
                 self.policy.reset()
             skip = self.counter()
@@ -251,13 +285,19 @@ class Bench:
                     if excess > 0:
                         cache.crop(-excess)  # back to the prompt (transformers 5: negative = tokens to remove)
                     for t in range(steps):
-                        model(input_ids=feed[:, t:t + 1], cache=cache, use_cache=True, logits_to_keep=1)
+                        model(input_ids=feed[:, t : t + 1], cache=cache, use_cache=True, logits_to_keep=1)
                         if counter is not None:
                             counter.add(model)
+
                 return fn
 
-            times = interleaved({"dense": run("dense", self.dense), "routed": run("routed", self.routed)},
-                                self.device, repeats, warmup, clock=self.clock)
+            times = interleaved(
+                {"dense": run("dense", self.dense), "routed": run("routed", self.routed)},
+                self.device,
+                repeats,
+                warmup,
+                clock=self.clock,
+            )
             if self.policy is not None:
                 self.policy.reset()
             skip = self.counter()
@@ -283,22 +323,46 @@ class Bench:
             out[name] = s
         measured = out["dense"]["median_s"] / out["routed"]["median_s"]
         ideal = min(fl["ideal_speedup"], by["ideal_speedup"])
-        out.update(measured_speedup=measured, ideal_speedup=ideal, measured_over_ideal=measured / ideal,
-                   flop_ideal_speedup=fl["ideal_speedup"], bytes_ideal_speedup=by["ideal_speedup"],
-                   measured_over_flop_ideal=measured / fl["ideal_speedup"],
-                   measured_over_bytes_ideal=measured / by["ideal_speedup"],
-                   ideal_kind="flops" if fl["ideal_speedup"] <= by["ideal_speedup"] else "bytes",
-                   flops=fl, bytes=by, realized=skip.result())
+        out.update(
+            measured_speedup=measured,
+            ideal_speedup=ideal,
+            measured_over_ideal=measured / ideal,
+            flop_ideal_speedup=fl["ideal_speedup"],
+            bytes_ideal_speedup=by["ideal_speedup"],
+            measured_over_flop_ideal=measured / fl["ideal_speedup"],
+            measured_over_bytes_ideal=measured / by["ideal_speedup"],
+            ideal_kind="flops" if fl["ideal_speedup"] <= by["ideal_speedup"] else "bytes",
+            flops=fl,
+            bytes=by,
+            realized=skip.result(),
+        )
         return out
 
 
-def build(model_cfg, router_cfg, layers, device: torch.device, dtype: torch.dtype, seed: int = 0,
-          cache_root: str | None = None, clock: str = "wall") -> Bench:
+def build(
+    model_cfg,
+    router_cfg,
+    layers,
+    device: torch.device,
+    dtype: torch.dtype,
+    seed: int = 0,
+    cache_root: str | None = None,
+    clock: str = "wall",
+) -> Bench:
     """The dense/routed pair from the bench config (``model.source``: random, hf, testbed or smollm2)."""
     source = model_cfg.get("source", "random")
     if source == "random":
-        dense = random_llama(model_cfg.hidden, model_cfg.layers, model_cfg.intermediate, model_cfg.heads,
-                             model_cfg.kv_heads, model_cfg.vocab, seed=seed, device=device, dtype=dtype)
+        dense = random_llama(
+            model_cfg.hidden,
+            model_cfg.layers,
+            model_cfg.intermediate,
+            model_cfg.heads,
+            model_cfg.kv_heads,
+            model_cfg.vocab,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+        )
     else:
         from hero import backbones
 
@@ -323,19 +387,27 @@ def measure_all(bench: Bench, cfg, log=print) -> dict:
             t0 = time.time()
             r = bench.prefill(batch, seq, cfg.prefill.repeats, cfg.prefill.warmup, seed=cfg.seed)
             results["prefill"][key] = r
-            log(f"prefill {key}: dense {r['dense']['tokens_per_s']:9.1f} tok/s  routed {r['routed']['tokens_per_s']:9.1f} tok/s"
-                f"  {_speedups(r)}  ({time.time() - t0:.0f} s)")
+            log(
+                f"prefill {key}: dense {r['dense']['tokens_per_s']:9.1f} tok/s  routed {r['routed']['tokens_per_s']:9.1f} tok/s"
+                f"  {_speedups(r)}  ({time.time() - t0:.0f} s)"
+            )
     for batch in cfg.decode.batch:
         key = f"b{batch}_p{cfg.decode.prompt}"
         t0 = time.time()
-        r = bench.decode(batch, cfg.decode.prompt, cfg.decode.steps, cfg.decode.repeats, cfg.decode.warmup, seed=cfg.seed)
+        r = bench.decode(
+            batch, cfg.decode.prompt, cfg.decode.steps, cfg.decode.repeats, cfg.decode.warmup, seed=cfg.seed
+        )
         results["decode"][key] = r
-        log(f"decode  {key}: dense {r['dense']['ms_per_token']:8.2f} ms/step   routed {r['routed']['ms_per_token']:8.2f} ms/step "
-            f"  {_speedups(r)}  ({time.time() - t0:.0f} s)")
+        log(
+            f"decode  {key}: dense {r['dense']['ms_per_token']:8.2f} ms/step   routed {r['routed']['ms_per_token']:8.2f} ms/step "
+            f"  {_speedups(r)}  ({time.time() - t0:.0f} s)"
+        )
     return results
 
 
 def _speedups(r: dict) -> str:
-    return (f"measured x{r['measured_speedup']:.3f}  ideal x{r['ideal_speedup']:.3f} ({r['ideal_kind']}; flops "
-            f"x{r['flop_ideal_speedup']:.3f}, bytes x{r['bytes_ideal_speedup']:.3f})  measured/ideal "
-            f"{r['measured_over_ideal']:.3f}  realized ffn skip {r['realized']['ffn_skip']:.3f}")
+    return (
+        f"measured x{r['measured_speedup']:.3f}  ideal x{r['ideal_speedup']:.3f} ({r['ideal_kind']}; flops "
+        f"x{r['flop_ideal_speedup']:.3f}, bytes x{r['bytes_ideal_speedup']:.3f})  measured/ideal "
+        f"{r['measured_over_ideal']:.3f}  realized ffn skip {r['realized']['ffn_skip']:.3f}"
+    )

@@ -4,13 +4,14 @@ Every comparison in ``hero.bench`` times the candidates *interleaved* (A, B, A, 
 after warm-up, so slow drift of the machine (thermal state, other processes, page
 cache) hits both sides alike; the reported figure is the median of the repeats.
 """
+
 from __future__ import annotations
 
 import gc
 import statistics
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping
 
 import torch
 
@@ -40,8 +41,13 @@ def time_once(fn: Callable[[], object], device: torch.device | str, clock: str =
     return now() - start
 
 
-def interleaved(candidates: Mapping[str, Callable[[], object]], device: torch.device | str, repeats: int,
-                warmup: int = 1, clock: str = "wall") -> dict[str, list[float]]:
+def interleaved(
+    candidates: Mapping[str, Callable[[], object]],
+    device: torch.device | str,
+    repeats: int,
+    warmup: int = 1,
+    clock: str = "wall",
+) -> dict[str, list[float]]:
     """Time every candidate ``repeats`` times in round-robin order after ``warmup`` rounds.
 
     Returns name → list of seconds (warm-up excluded). The round-robin order rotates
@@ -56,7 +62,7 @@ def interleaved(candidates: Mapping[str, Callable[[], object]], device: torch.de
     gc.disable()
     try:
         for r in range(repeats):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 times[name].append(time_once(candidates[name], device, clock))
     finally:
@@ -74,8 +80,12 @@ def summary(seconds: list[float]) -> dict[str, float]:
         iqr = q[2] - q[0]
     else:
         iqr = ordered[-1] - ordered[0]
-    return {"median_s": median, "min_s": ordered[0], "rel_iqr": iqr / median if median > 0 else 0.0,
-            "repeats": len(ordered)}
+    return {
+        "median_s": median,
+        "min_s": ordered[0],
+        "rel_iqr": iqr / median if median > 0 else 0.0,
+        "repeats": len(ordered),
+    }
 
 
 @contextmanager

@@ -22,6 +22,7 @@ this ideal nearly equals the FLOP ideal; in a batch, a block saves them only whe
 every row skips, so the bytes ideal is lower (the FLOP ideal still bounds a
 compute-bound pass, where rows are cheap to drop but weights are reused).
 """
+
 from __future__ import annotations
 
 from hero.bench.flops import Shape
@@ -54,9 +55,21 @@ def dense_bytes(s: Shape, tokens: int, kv_read: int, logits: int, elem: int) -> 
     return (weights + activations) * elem
 
 
-def routed_bytes(s: Shape, tokens: int, kv_read: int, logits: int, elem: int, *, num_routable: int,
-                 ffn_blocks: float, adapter_blocks: float, adapter_dim: int, adapter_elem: int,
-                 router_params: int, memory_dim: int) -> float:
+def routed_bytes(
+    s: Shape,
+    tokens: int,
+    kv_read: int,
+    logits: int,
+    elem: int,
+    *,
+    num_routable: int,
+    ffn_blocks: float,
+    adapter_blocks: float,
+    adapter_dim: int,
+    adapter_elem: int,
+    router_params: int,
+    memory_dim: int,
+) -> float:
     """The same pass routed: ``ffn_blocks`` / ``adapter_blocks`` of the ``num_routable`` blocks read FFN / adapter weights.
 
     Both counts may be averages over passes (fractional).
@@ -68,13 +81,37 @@ def routed_bytes(s: Shape, tokens: int, kv_read: int, logits: int, elem: int, *,
     return total
 
 
-def breakdown(s: Shape, tokens: int, kv_read: int, logits: int, elem: int, *, num_routable: int, ffn_blocks: float,
-              adapter_blocks: float, adapter_dim: int, adapter_elem: int, router_params: int, memory_dim: int) -> dict:
+def breakdown(
+    s: Shape,
+    tokens: int,
+    kv_read: int,
+    logits: int,
+    elem: int,
+    *,
+    num_routable: int,
+    ffn_blocks: float,
+    adapter_blocks: float,
+    adapter_dim: int,
+    adapter_elem: int,
+    router_params: int,
+    memory_dim: int,
+) -> dict:
     """Dense and routed bytes with the parts that differ, and the ideal speedup."""
     dense = dense_bytes(s, tokens, kv_read, logits, elem)
-    routed = routed_bytes(s, tokens, kv_read, logits, elem, num_routable=num_routable, ffn_blocks=ffn_blocks,
-                          adapter_blocks=adapter_blocks, adapter_dim=adapter_dim, adapter_elem=adapter_elem,
-                          router_params=router_params, memory_dim=memory_dim)
+    routed = routed_bytes(
+        s,
+        tokens,
+        kv_read,
+        logits,
+        elem,
+        num_routable=num_routable,
+        ffn_blocks=ffn_blocks,
+        adapter_blocks=adapter_blocks,
+        adapter_dim=adapter_dim,
+        adapter_elem=adapter_elem,
+        router_params=router_params,
+        memory_dim=memory_dim,
+    )
     return {
         "dense": dense,
         "routed": routed,

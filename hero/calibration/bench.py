@@ -26,6 +26,7 @@ the default variants.
 A run counts the trials each sampler proposes until one lands within the tolerance
 (TPE is capped at ``--budget``; a miss is printed as ">budget").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,9 +42,18 @@ import optuna
 
 from hero.calibration.sampler import PARAM, SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 
-TRIAL = ["model.recipe=micro", "trainer.max_steps=40", "trainer.global_batch=8", "trainer.micro_batch=8",
-         "trainer.lr=1e-3", "trainer.num_threads=1", "trainer.progress=false", "logger=none", "eval=none",
-         "objective=skip.param_rate"]
+TRIAL = [
+    "model.recipe=micro",
+    "trainer.max_steps=40",
+    "trainer.global_batch=8",
+    "trainer.micro_batch=8",
+    "trainer.lr=1e-3",
+    "trainer.num_threads=1",
+    "trainer.progress=false",
+    "logger=none",
+    "eval=none",
+    "objective=skip.param_rate",
+]
 GRID = [10 ** (k / 4) for k in range(-20, -3)]  # 1e-5 … 0.1, quarter decades
 REFINE = 4  # extra runs inside the grid interval where the skip rate jumps most
 BOUNDS = (1e-6, 10.0)
@@ -59,8 +69,10 @@ def real_run(variant: str, alpha: float, root: Path, extra: list[str]) -> float:
 
     conf = Path(__file__).resolve().parents[2] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[*TRIAL, f"ablation={variant}", f"alpha={alpha!r}",
-                                                      f"paths.root={root}", *extra])
+        cfg = compose(
+            config_name="train",
+            overrides=[*TRIAL, f"ablation={variant}", f"alpha={alpha!r}", f"paths.root={root}", *extra],
+        )
     return run(cfg, run_dir=root / "runs" / variant / f"alpha={alpha:.6g}")
 
 
@@ -118,8 +130,10 @@ def record_grid(variant: str, root: Path, extra: list[str]) -> list[tuple[float,
     points = [(math.log10(a), real_run(variant, a, root, extra)) for a in GRID]
     steepest = max(range(len(points) - 1), key=lambda i: abs(points[i + 1][1] - points[i][1]))
     (x0, _), (x1, _) = points[steepest], points[steepest + 1]
-    points += [(x, real_run(variant, 10 ** x, root, extra)) for x in (x0 + k * (x1 - x0) / (REFINE + 1)
-                                                                    for k in range(1, REFINE + 1))]
+    points += [
+        (x, real_run(variant, 10**x, root, extra))
+        for x in (x0 + k * (x1 - x0) / (REFINE + 1) for k in range(1, REFINE + 1))
+    ]
     from hero.results import write_atomic
 
     write_atomic(path, {"variant": variant, "settings": [*TRIAL, *extra], "points": points})
@@ -154,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             grid = record_grid(variant, root, args.set)
             response = Recorded(grid)
             label = f"recorded: isotonic fit of {len(grid)} real runs (α = 1e-5 … 0.1, quarter decades + {REFINE})"
-            raw = " ".join(f"{10 ** x:.3g}:{y:.3f}" for x, y in sorted(grid))
+            raw = " ".join(f"{10**x:.3g}:{y:.3f}" for x, y in sorted(grid))
             print(f"{variant}: {label}; raw α:skip {raw}", flush=True)
         else:
             cache: dict[float, float] = {}
@@ -164,13 +178,18 @@ def main(argv: list[str] | None = None) -> int:
                 if key not in cache:
                     cache[key] = real_run(variant, key, root, args.set)
                 return cache[key]
+
             label = "real: every trial a training run"
         for target in targets:
             mono = trials_to_tolerance(MonotoneSampler(x0=X0), response, target, args.tolerance, args.budget)
-            tpe = [trials_to_tolerance(optuna.samplers.TPESampler(seed=s), response, target, args.tolerance,
-                                       args.budget) for s in range(args.tpe_seeds)]
+            tpe = [
+                trials_to_tolerance(optuna.samplers.TPESampler(seed=s), response, target, args.tolerance, args.budget)
+                for s in range(args.tpe_seeds)
+            ]
             rows.append((variant, target, mono, tpe, label))
-    print(f"\ntrials to reach ±{100 * args.tolerance:.2f} pp (TPE capped at {args.budget}; wall {time.time() - start:.0f} s)")
+    print(
+        f"\ntrials to reach ±{100 * args.tolerance:.2f} pp (TPE capped at {args.budget}; wall {time.time() - start:.0f} s)"
+    )
     print(f"{'variant':<18} {'target':>7} {'monotone':>9} {'TPE mean':>9}  TPE per seed")
     ratios = []
     for variant, target, mono, tpe, _ in rows:
@@ -180,8 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         seeds = " ".join(str(t) if t is not None else f">{args.budget}" for t in tpe)
         print(f"{variant:<18} {target:>7.4f} {mono if mono else '>' + str(args.budget):>9} {mean:>9.1f}  {seeds}")
     worst = max((m or args.budget) for _, _, m, _, _ in rows)
-    print(f"goal ≤ 6 trials per variant: {'met' if worst <= 6 else 'NOT met'} (worst {worst}); "
-          f"goal ≤ 1/3 of TPE: {'met' if max(ratios) <= 1 / 3 else 'NOT met'} (worst ratio {max(ratios):.2f})")
+    print(
+        f"goal ≤ 6 trials per variant: {'met' if worst <= 6 else 'NOT met'} (worst {worst}); "
+        f"goal ≤ 1/3 of TPE: {'met' if max(ratios) <= 1 / 3 else 'NOT met'} (worst ratio {max(ratios):.2f})"
+    )
     return 0
 
 

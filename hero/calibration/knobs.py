@@ -12,6 +12,7 @@ the baselines (an integer for ``static_drop``'s k):
 
 (ceiling: the parameter share of the routable FFNs, the highest reachable skip rate.)
 """
+
 from __future__ import annotations
 
 import math
@@ -90,4 +91,4 @@ def to_x(value: float, distribution: BaseDistribution) -> float:
 def from_x(x: float, distribution: BaseDistribution):
     if isinstance(distribution, IntDistribution):
         return int(round(x))
-    return 10.0 ** x if distribution.log else float(x)
+    return 10.0**x if distribution.log else float(x)

@@ -25,6 +25,7 @@ a resumed study proposes what the killed one would have. A trial whose skip rate
 within ``tolerance`` of the target ends the search: the sampler then refines around it,
 but ``hero.calibration.study`` stops asking.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,10 +55,11 @@ class Point:
 
 def finished_points(study: Study, param: str = PARAM) -> list[Point]:
     """Finished trials with a realized skip rate, sorted by the parameter ``param``."""
-    points = [Point(to_x(t.params[param], t.distributions[param]), float(t.user_attrs[SKIP_ATTR]), t.params[param],
-                    t.number)
-              for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if param in t.params and SKIP_ATTR in t.user_attrs]
+    points = [
+        Point(to_x(t.params[param], t.distributions[param]), float(t.user_attrs[SKIP_ATTR]), t.params[param], t.number)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if param in t.params and SKIP_ATTR in t.user_attrs
+    ]
     return sorted(points, key=lambda p: (p.x, p.skip))
 
 
@@ -87,8 +89,15 @@ class MonotoneSampler(BaseSampler):
     are in its x coordinate.
     """
 
-    def __init__(self, x0: float, step: float = 1.0, parallel: int = 1, margin: float = 0.1,
-                 min_expand: float = 0.25, param: str = PARAM) -> None:
+    def __init__(
+        self,
+        x0: float,
+        step: float = 1.0,
+        parallel: int = 1,
+        margin: float = 0.1,
+        min_expand: float = 0.25,
+        param: str = PARAM,
+    ) -> None:
         self.param = param
         self.x0, self.step, self.parallel = float(x0), float(step), max(1, int(parallel))
         self.margin, self.min_expand = float(margin), float(min_expand)
@@ -100,20 +109,34 @@ class MonotoneSampler(BaseSampler):
     def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict:
         return {}
 
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> float:
+    def sample_independent(
+        self, study: Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> float:
         if param_name != self.param or not isinstance(param_distribution, (FloatDistribution, IntDistribution)):
             return self._fallback.sample_independent(study, trial, param_name, param_distribution)
         lo, hi = to_x(param_distribution.low, param_distribution), to_x(param_distribution.high, param_distribution)
-        running = [to_x(t.params[self.param], t.distributions[self.param])
-                   for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                   if t.number != trial.number and self.param in t.params]
-        x = self.propose(finished_points(study, self.param), float(study.user_attrs[TARGET_ATTR]), running, (lo, hi),
-                         integer=isinstance(param_distribution, IntDistribution))
+        running = [
+            to_x(t.params[self.param], t.distributions[self.param])
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number != trial.number and self.param in t.params
+        ]
+        x = self.propose(
+            finished_points(study, self.param),
+            float(study.user_attrs[TARGET_ATTR]),
+            running,
+            (lo, hi),
+            integer=isinstance(param_distribution, IntDistribution),
+        )
         return from_x(x, param_distribution)
 
-    def propose(self, points: list[Point], target: float, running: list[float], bounds: tuple[float, float],
-                integer: bool = False) -> float:
+    def propose(
+        self,
+        points: list[Point],
+        target: float,
+        running: list[float],
+        bounds: tuple[float, float],
+        integer: bool = False,
+    ) -> float:
         """The next x (log10 α, or the knob) given finished points, the target and the x of trials in flight.
 
         ``integer``: proposals are rounded to whole numbers, and a number already tried or in
@@ -130,8 +153,7 @@ class MonotoneSampler(BaseSampler):
                 return c
         return clipped[0]
 
-    def _candidates(self, points: list[Point], target: float,
-                    bounds: tuple[float, float]) -> tuple[list[float], float]:
+    def _candidates(self, points: list[Point], target: float, bounds: tuple[float, float]) -> tuple[list[float], float]:
         """Proposals in order of preference, and how far apart trials in flight must stay."""
         n = max(self.parallel, 1) * 2 + 2
         if not points:

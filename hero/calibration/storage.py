@@ -13,6 +13,7 @@ password someone did write into ``url``. Both RDB kinds run Optuna's heartbeat (
 whose calibrating process stopped beating is failed and re-enqueued with the same α by
 ``RetryHeartbeatStaleTrialCallback``); ``hero.calibration.study`` does the same for journal files.
 """
+
 from __future__ import annotations
 
 import os
@@ -84,12 +85,18 @@ def storage_spec(scfg, default_dir: str | os.PathLike) -> StorageSpec:
     kind = scfg.kind
     if kind not in KINDS:
         raise StorageConfigError(f"calibration.storage.kind={kind!r}: allowed values are {', '.join(KINDS)}")
-    common = dict(password_env=scfg.get("password_env"), heartbeat_s=int(scfg.get("heartbeat_s", 60)),
-                  grace_s=int(scfg.get("grace_s", 180)), max_retry=int(scfg.get("max_retry", 2)))
+    common = dict(
+        password_env=scfg.get("password_env"),
+        heartbeat_s=int(scfg.get("heartbeat_s", 60)),
+        grace_s=int(scfg.get("grace_s", 180)),
+        max_retry=int(scfg.get("max_retry", 2)),
+    )
     if kind == "rdb":
         if not scfg.get("url"):
-            raise StorageConfigError("calibration.storage.kind=rdb needs calibration.storage.url, e.g. "
-                                     "postgresql+psycopg2://user@host:5432/optuna (password from password_env)")
+            raise StorageConfigError(
+                "calibration.storage.kind=rdb needs calibration.storage.url, e.g. "
+                "postgresql+psycopg2://user@host:5432/optuna (password from password_env)"
+            )
         return StorageSpec(kind, str(scfg.url), **common)
     path = Path(scfg.get("path") or Path(default_dir) / ("optuna.db" if kind == "sqlite" else "optuna.journal"))
     path = path.expanduser().absolute()
@@ -101,8 +108,10 @@ def _with_password(spec: StorageSpec) -> str:
         return spec.url
     secret = spec.secret()
     if secret is None:
-        raise StorageConfigError(f"calibration.storage.password_env={spec.password_env}: the environment variable "
-                                 f"is not set (the password of {spec.display} is read from it)")
+        raise StorageConfigError(
+            f"calibration.storage.password_env={spec.password_env}: the environment variable "
+            f"is not set (the password of {spec.display} is read from it)"
+        )
     from sqlalchemy.engine import make_url
 
     return make_url(spec.url).set(password=secret).render_as_string(hide_password=False)
@@ -120,9 +129,12 @@ def open_storage(spec: StorageSpec) -> optuna.storages.BaseStorage:
     engine_kwargs = {"pool_pre_ping": True} if spec.kind == "rdb" else {}
     try:
         return optuna.storages.RDBStorage(
-            _with_password(spec), engine_kwargs=engine_kwargs, heartbeat_interval=spec.heartbeat_s,
+            _with_password(spec),
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=spec.heartbeat_s,
             grace_period=spec.grace_s,
-            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(spec.max_retry))
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(spec.max_retry),
+        )
     except StorageConfigError:
         raise
     except Exception as err:  # noqa: BLE001 - driver errors may echo the URL with its password

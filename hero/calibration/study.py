@@ -16,6 +16,7 @@ trial still marked RUNNING whose driver is gone (same host, dead pid, or no hear
 ``grace_s``) is failed and re-enqueued with the same α, and that rerun finds the trial's
 finished record or its checkpoint through the pipeline's config-hash index.
 """
+
 from __future__ import annotations
 
 import os
@@ -107,8 +108,7 @@ def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int, param: 
         study.tell(t.number, state=TrialState.FAIL)
         retries = int(t.user_attrs.get("retries", 0))
         if param in t.params and retries < max_retry:
-            study.enqueue_trial({param: t.params[param]}, user_attrs={"retries": retries + 1,
-                                                                       "retry_of": t.number})
+            study.enqueue_trial({param: t.params[param]}, user_attrs={"retries": retries + 1, "retry_of": t.number})
         reclaimed += 1
     return reclaimed
 
@@ -138,8 +138,9 @@ class Calibration:
         lo, hi = (float(b) for b in ccfg.alpha_bounds)
         if not 0 < lo < hi:
             raise ConfigError(f"calibration.alpha_bounds={[lo, hi]}: need 0 < low < high (α is searched in log scale)")
-        self.distributions = {p.name: p.knob.distribution(*bounds(p.knob, ccfg.alpha_bounds, p.num_routable))
-                              for p in plans}
+        self.distributions = {
+            p.name: p.knob.distribution(*bounds(p.knob, ccfg.alpha_bounds, p.num_routable)) for p in plans
+        }
         self.studies: dict[str, optuna.Study] = {}
         self.outcomes: dict[str, Outcome] = {}
         self.in_flight: list[tuple[object, Plan, optuna.trial.Trial]] = []
@@ -149,20 +150,36 @@ class Calibration:
     def _open(self, plan: Plan) -> optuna.Study:
         knob, distribution = plan.knob, self.distributions[plan.name]
         configured = plan.cfg.alpha if knob is ALPHA else None
-        first = start(knob, configured, plan.target, plan.max_param_rate, plan.num_routable, distribution.low,
-                      distribution.high)
+        first = start(
+            knob, configured, plan.target, plan.max_param_rate, plan.num_routable, distribution.low, distribution.high
+        )
         sampler = make_sampler(self.ccfg.sampler, to_x(first, distribution), self.parallel, int(plan.cfg.seed), knob)
-        study = optuna.create_study(study_name=plan.name, storage=self.storage, sampler=sampler, direction="minimize",
-                                    load_if_exists=True)
-        for key, value in {TARGET_ATTR: plan.target, "variant": plan.variant, "sampler": self.ccfg.sampler,
-                           "trial_steps": plan.steps, "full_steps": plan.full_steps, "seed": int(plan.cfg.seed),
-                           "tolerance": self.tolerance, "knob": knob.name, **plan.meta}.items():
+        study = optuna.create_study(
+            study_name=plan.name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
+        )
+        for key, value in {
+            TARGET_ATTR: plan.target,
+            "variant": plan.variant,
+            "sampler": self.ccfg.sampler,
+            "trial_steps": plan.steps,
+            "full_steps": plan.full_steps,
+            "seed": int(plan.cfg.seed),
+            "tolerance": self.tolerance,
+            "knob": knob.name,
+            **plan.meta,
+        }.items():
             study.set_user_attr(key, value)
         if self._native_heartbeat:
             optuna.storages.fail_stale_trials(study)
-        reclaimed = reclaim_orphans(study, float(self.ccfg.storage.grace_s), int(self.ccfg.storage.max_retry), knob.name)
+        reclaimed = reclaim_orphans(
+            study, float(self.ccfg.storage.grace_s), int(self.ccfg.storage.max_retry), knob.name
+        )
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-        resumed = f" (resumed: {done} finished trial(s), {reclaimed} orphaned trial(s) re-enqueued)" if done or reclaimed else ""
+        resumed = (
+            f" (resumed: {done} finished trial(s), {reclaimed} orphaned trial(s) re-enqueued)"
+            if done or reclaimed
+            else ""
+        )
         self.log(f"study {plan.name}: target {plan.target:.4f}, {plan.steps}-step trials{resumed}")
         return study
 
@@ -194,8 +211,10 @@ class Calibration:
         used = trials_used(study)
         if best is not None and abs(best[1] - plan.target) <= self.tolerance:
             self.outcomes[plan.name] = Outcome(plan, best[0], best[1], used)
-            self.log(f"study {plan.name}: reached {plan.knob.label}={best[0]:.4g} → skip {best[1]:.4f} "
-                     f"(target {plan.target:.4f} ± {self.tolerance:g}) after {used} trial(s)")
+            self.log(
+                f"study {plan.name}: reached {plan.knob.label}={best[0]:.4g} → skip {best[1]:.4f} "
+                f"(target {plan.target:.4f} ± {self.tolerance:g}) after {used} trial(s)"
+            )
             return
         error = self._dead_end(plan, study, best, used)
         if error:
@@ -205,35 +224,56 @@ class Calibration:
     def _dead_end(self, plan: Plan, study: optuna.Study, best, used: int) -> str | None:
         if self._running(plan):
             return None
-        failed = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                  if int(t.user_attrs.get("retries", 0)) >= int(self.ccfg.storage.max_retry)]
+        failed = [
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if int(t.user_attrs.get("retries", 0)) >= int(self.ccfg.storage.max_retry)
+        ]
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         knob, distribution = plan.knob, self.distributions[plan.name]
         name = knob.label
         if failed and not waiting:
-            return f"trial {failed[-1].number} ({name}={failed[-1].params.get(knob.name, float('nan')):.4g}) failed " \
-                   f"{int(failed[-1].user_attrs.get('retries', 0)) + 1} time(s): {failed[-1].user_attrs.get('error')}"
-        reached = (f"closest {name}={best[0]:.4g} gave skip {best[1]:.4f} (target {plan.target:.4f}, off by "
-                   f"{100 * abs(best[1] - plan.target):.2f} pp)") if best else "no trial finished"
+            return (
+                f"trial {failed[-1].number} ({name}={failed[-1].params.get(knob.name, float('nan')):.4g}) failed "
+                f"{int(failed[-1].user_attrs.get('retries', 0)) + 1} time(s): {failed[-1].user_attrs.get('error')}"
+            )
+        reached = (
+            (
+                f"closest {name}={best[0]:.4g} gave skip {best[1]:.4f} (target {plan.target:.4f}, off by "
+                f"{100 * abs(best[1] - plan.target):.2f} pp)"
+            )
+            if best
+            else "no trial finished"
+        )
         points = finished_points(study, knob.name)
         lo_b, hi_b = to_x(distribution.low, distribution), to_x(distribution.high, distribution)
-        widen = "raise calibration.alpha_bounds or the training budget" if knob is ALPHA else "raise the training budget"
+        widen = (
+            "raise calibration.alpha_bounds or the training budget" if knob is ALPHA else "raise the training budget"
+        )
         top = [p for p in points if p.x >= hi_b - 1e-9]
         if top and top[0].skip < plan.target - self.tolerance:
-            return (f"{name} at the upper bound {distribution.high:g} gives skip {top[0].skip:.4f} < target "
-                    f"{plan.target:.4f} (ceiling {plan.max_param_rate:.4f}); {widen}, or lower the target")
+            return (
+                f"{name} at the upper bound {distribution.high:g} gives skip {top[0].skip:.4f} < target "
+                f"{plan.target:.4f} (ceiling {plan.max_param_rate:.4f}); {widen}, or lower the target"
+            )
         bottom = [p for p in points if p.x <= lo_b + 1e-9]
         if bottom and bottom[0].skip > plan.target + self.tolerance:
             lower = "lower calibration.alpha_bounds or raise the target" if knob is ALPHA else "raise the target"
-            return (f"{name} at the lower bound {distribution.low:g} already gives skip {bottom[0].skip:.4f} > target "
-                    f"{plan.target:.4f}; {lower}")
+            return (
+                f"{name} at the lower bound {distribution.low:g} already gives skip {bottom[0].skip:.4f} > target "
+                f"{plan.target:.4f}; {lower}"
+            )
         lo, hi = bracket(points, plan.target)
         if lo is not None and hi is not None and hi.x - lo.x < knob.min_bracket:
-            return (f"tolerance ±{100 * self.tolerance:.2f} pp unreachable: skip jumps from {lo.skip:.4f} at "
-                    f"{name}={lo.value:.4g} to {hi.skip:.4f} at {name}={hi.value:.4g}; {reached}")
+            return (
+                f"tolerance ±{100 * self.tolerance:.2f} pp unreachable: skip jumps from {lo.skip:.4f} at "
+                f"{name}={lo.value:.4g} to {hi.skip:.4f} at {name}={hi.value:.4g}; {reached}"
+            )
         if used >= self.max_trials:
-            return (f"tolerance ±{100 * self.tolerance:.2f} pp not reached after {used} trials "
-                    f"(calibration.max_trials={self.max_trials}): {reached}")
+            return (
+                f"tolerance ±{100 * self.tolerance:.2f} pp not reached after {used} trials "
+                f"(calibration.max_trials={self.max_trials}): {reached}"
+            )
         return None
 
     def _cancel_finished(self) -> None:
@@ -248,8 +288,11 @@ class Calibration:
         self.in_flight = keep
 
     def _next_plan(self) -> Plan | None:
-        open_plans = [p for p in self.plans if p.name not in self.outcomes
-                      and trials_used(self.studies[p.name]) + self._running(p) < self.max_trials]
+        open_plans = [
+            p
+            for p in self.plans
+            if p.name not in self.outcomes and trials_used(self.studies[p.name]) + self._running(p) < self.max_trials
+        ]
         return min(open_plans, key=lambda p: (self._running(p), trials_used(self.studies[p.name])), default=None)
 
     def _fill(self) -> None:
@@ -303,8 +346,10 @@ class Calibration:
             trial.set_user_attr(SKIP_ATTR, float(result["skip"]))
             trial.set_user_attr("record", result["record"])
             study.tell(trial, abs(float(result["skip"]) - plan.target))
-            self.log(f"study {plan.name}: trial {trial.number} {plan.knob.label}={trial.params[plan.knob.name]:.4g} "
-                     f"→ skip {result['skip']:.4f}")
+            self.log(
+                f"study {plan.name}: trial {trial.number} {plan.knob.label}={trial.params[plan.knob.name]:.4g} "
+                f"→ skip {result['skip']:.4f}"
+            )
         self.in_flight = keep
 
     def _failed(self, study: optuna.Study, trial: optuna.trial.Trial, err: Exception, param: str) -> None:
@@ -314,5 +359,6 @@ class Calibration:
         study.tell(trial, state=TrialState.FAIL)
         self.log(f"study {study.study_name}: trial {trial.number} failed: {message}")
         if retries < int(self.ccfg.storage.max_retry):
-            study.enqueue_trial({param: trial.params[param]}, user_attrs={"retries": retries + 1,
-                                                                           "retry_of": trial.number})
+            study.enqueue_trial(
+                {param: trial.params[param]}, user_attrs={"retries": retries + 1, "retry_of": trial.number}
+            )

@@ -17,6 +17,7 @@ Where it runs follows ``calibration.executor``:
              partition / GPUs / time / setup as training jobs; hero_local → local;
              Hydra's basic launcher → inline when parallel = 1, else local
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,20 @@ from hero.results import RESULTS_FILENAME
 
 EXECUTORS = ("auto", "inline", "local", "slurm")
 # Launcher keys that describe the sweep, not one job's resources.
-LAUNCHER_ONLY = ("_target_", "submitit_folder", "name", "skip_existing", "wait", "records_root", "job_dir", "slots",
-                 "collect_into", "poll_s", "array_parallelism", "max_num_timeout")
+LAUNCHER_ONLY = (
+    "_target_",
+    "submitit_folder",
+    "name",
+    "skip_existing",
+    "wait",
+    "records_root",
+    "job_dir",
+    "slots",
+    "collect_into",
+    "poll_s",
+    "array_parallelism",
+    "max_num_timeout",
+)
 DEFAULT_TIMEOUT_MIN = 720
 """A trial's time limit when the launcher config gives none (submitit's own default, 5 minutes, kills a
 CPU trial of the embedded testbed half way)."""
@@ -140,12 +153,16 @@ def make_executor(kind: str, launcher: DictConfig | None, folder: str | Path):
 
     params: dict = {}
     if launcher is not None and "hero_launcher" in str(launcher.get("_target_", "")):
-        params = {k: v for k, v in OmegaConf.to_container(launcher, resolve=False).items()
-                  if k not in LAUNCHER_ONLY and v is not None and not (isinstance(v, str) and "${" in v)}
+        params = {
+            k: v
+            for k, v in OmegaConf.to_container(launcher, resolve=False).items()
+            if k not in LAUNCHER_ONLY and v is not None and not (isinstance(v, str) and "${" in v)
+        }
     params.setdefault("timeout_min", DEFAULT_TIMEOUT_MIN)
     executor = submitit.AutoExecutor(folder=str(Path(folder) / "%j"), cluster=kind)
-    executor.update_parameters(name="hero-calibrate",
-                               **{(k if k in GENERIC else f"{kind}_{k}"): v for k, v in params.items()})
+    executor.update_parameters(
+        name="hero-calibrate", **{(k if k in GENERIC else f"{kind}_{k}"): v for k, v in params.items()}
+    )
     return executor
 
 

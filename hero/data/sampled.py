@@ -15,15 +15,24 @@ teach them there (``hero.data.sft.tokenize_conversation`` leaves them out of the
 Trained as if the model had ended the turn at the cut, the 23 % of testbed samples that reach
 the budget cost a no-skip LoRA up to 4.4 Retain points (1.8 without; ``docs/testbed_audit``).
 """
+
 from __future__ import annotations
 
 import torch
 
 
 @torch.no_grad()
-def respond(model, tokenizer, prompts: list[str], max_new_tokens: int, sample: bool, seed: int,
-            batch_size: int = 32, desc: str = "responses", stop_ids: list[int] | None = None
-            ) -> tuple[list[str], list[bool]]:
+def respond(
+    model,
+    tokenizer,
+    prompts: list[str],
+    max_new_tokens: int,
+    sample: bool,
+    seed: int,
+    batch_size: int = 32,
+    desc: str = "responses",
+    stop_ids: list[int] | None = None,
+) -> tuple[list[str], list[bool]]:
     """The model's answer to each prompt in a chat turn: sampled at temperature 1 (``sample``) or greedy.
 
     Generation stops at the tokenizer's end of sequence, or at any of ``stop_ids`` (e.g. a
@@ -40,11 +49,13 @@ def respond(model, tokenizer, prompts: list[str], max_new_tokens: int, sample: b
     stops = set(stop_ids or [tokenizer.eos_token_id])
     answers, truncated = [], []
     for start in tqdm(range(0, len(prompts), batch_size), desc=desc, mininterval=5):
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                               add_generation_prompt=True) for p in prompts[start: start + batch_size]]
+        texts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts[start : start + batch_size]
+        ]
         batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         out = model.generate(**batch, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **kwargs)
-        for row in out[:, batch["input_ids"].shape[1]:].tolist():
+        for row in out[:, batch["input_ids"].shape[1] :].tolist():
             answers.append(tokenizer.decode(row, skip_special_tokens=True).strip())
             truncated.append(len(row) == max_new_tokens and not stops.intersection(row))
     tokenizer.padding_side = "right"
@@ -54,6 +65,13 @@ def respond(model, tokenizer, prompts: list[str], max_new_tokens: int, sample: b
 def conversations(prompts: list[str], answers: list[str], truncated: list[bool] | None = None) -> list[dict]:
     """One-turn chat records; a prompt whose response is empty is dropped; a cut response is marked."""
     cut = truncated or [False] * len(answers)
-    return [{"messages": [{"role": "user", "content": p},
-                          {"role": "assistant", "content": a, **({"truncated": True} if t else {})}]}
-            for p, a, t in zip(prompts, answers, cut) if a]
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": p},
+                {"role": "assistant", "content": a, **({"truncated": True} if t else {})},
+            ]
+        }
+        for p, a, t in zip(prompts, answers, cut)
+        if a
+    ]

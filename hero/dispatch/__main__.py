@@ -6,6 +6,7 @@
 
 A target that is no manifest (or a sweep dir without one) ends in one line and exit 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,17 +16,26 @@ import os
 import shlex
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, collect_into, print_summary, status
-from hero.dispatch.studies import (load_study, override_key, override_value, select_variants, shared_slots,
-                                  study_commands, study_size)
+from hero.dispatch.studies import (
+    load_study,
+    override_key,
+    override_value,
+    select_variants,
+    shared_slots,
+    study_commands,
+    study_size,
+)
 
 
 def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
     if collect_records and args.into and os.path.exists(args.into) and not os.path.isdir(args.into):
-        print(f"ERROR: --into {args.into}: a file, not a directory (records go to <into>/<name>/results.json)",
-              file=sys.stderr)
+        print(
+            f"ERROR: --into {args.into}: a file, not a directory (records go to <into>/<name>/results.json)",
+            file=sys.stderr,
+        )
         return 2
     try:
         summary = collect(args.target) if collect_records else status(args.target)
@@ -71,8 +81,10 @@ def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
         except ValueError as err:
             print(f"ERROR: {err}", file=sys.stderr)
             return 2
-    print(f"study {study['name']}: {len(study['variants'])} variant(s), {n} job(s)"
-          + (f" (expected {expected})" if expected is not None else ""))
+    print(
+        f"study {study['name']}: {len(study['variants'])} variant(s), {n} job(s)"
+        + (f" (expected {expected})" if expected is not None else "")
+    )
     if chosen is not study:
         print(f"running {len(chosen['variants'])} of them ({args.variants}): {study_size(chosen)} job(s)")
     study = chosen
@@ -98,22 +110,32 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ap = argparse.ArgumentParser(prog=prog, description="Dispatch at scale: follow up sweeps, run named studies.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name, helptext in (("status", "state of a manifest's jobs"),
-                           ("collect", "states + records of a manifest's jobs (writes collected.json)")):
+    for name, helptext in (
+        ("status", "state of a manifest's jobs"),
+        ("collect", "states + records of a manifest's jobs (writes collected.json)"),
+    ):
         sp = sub.add_parser(name, help=helptext)
         sp.add_argument("target", help="a manifest file, or a sweep dir (all its manifests)")
         sp.add_argument("--json", action="store_true")
         if name == "collect":
-            sp.add_argument("--into", default="", help="also copy each record to INTO/<method>[-<variant>][-<knob>]"
-                                                       "-s<seed>/results.json (never overwriting another)")
+            sp.add_argument(
+                "--into",
+                default="",
+                help="also copy each record to INTO/<method>[-<variant>][-<knob>]"
+                "-s<seed>/results.json (never overwriting another)",
+            )
     sp = sub.add_parser("sweep", help="run a named study from sweeps/")
     sp.add_argument("study", help="sweeps/<name>.yaml")
     sp.add_argument("overrides", nargs="*", help="extra overrides, e.g. hydra/launcher=slurm hydra.launcher.wait=false")
     sp.add_argument("--dry-run", action="store_true", help="print the commands and the job count only")
-    sp.add_argument("--wait", action="store_true",
-                    help="with a SLURM launcher, wait for each variant's array (default: submit all and return)")
-    sp.add_argument("--variants", default="",
-                    help="comma-separated variant names: run only these (default: every variant)")
+    sp.add_argument(
+        "--wait",
+        action="store_true",
+        help="with a SLURM launcher, wait for each variant's array (default: submit all and return)",
+    )
+    sp.add_argument(
+        "--variants", default="", help="comma-separated variant names: run only these (default: every variant)"
+    )
     sp.add_argument("--sweep-root", default="multirun/studies")
     args, unknown = ap.parse_known_args(argv)
     if unknown and args.cmd != "sweep":

@@ -7,6 +7,7 @@ SLURM records FAILED, submitit's result is an error and an active W&B run is mar
 ``checkpoint``: the training loop's save hooks run (``hero.preemption``) and the same call is
 requeued; the rerun uses the same output dir, where the pipeline resumes from its checkpoint.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,9 @@ class HydraJob:
         self.task_function = task_function
         self.config = config
 
-    def __call__(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_subdir: str | None,
-                 singleton_state: dict) -> Any:
+    def __call__(
+        self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_subdir: str | None, singleton_state: dict
+    ) -> Any:
         import submitit
         from hydra.core.singleton import Singleton
         from hydra.core.utils import JobStatus, run_job, setup_globals
@@ -52,13 +54,19 @@ class HydraJob:
                 sweep_config.hydra.sweep.subdir = job_subdir
         restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
         log.info("hero job %s (num %d, restart %s): %s", env.job_id, job_num, restarts, " ".join(sweep_overrides))
-        ret = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=sweep_config,
-                      job_dir_key=job_dir_key, job_subdir_key="hydra.sweep.subdir")
+        ret = run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=sweep_config,
+            job_dir_key=job_dir_key,
+            job_subdir_key="hydra.sweep.subdir",
+        )
         if ret.status == JobStatus.FAILED:
             _finish_wandb_failed()
             err = ret._return_value
-            raise JobFailed(f"job {env.job_id} ({' '.join(sweep_overrides)}) raised "
-                            f"{type(err).__name__}: {err}") from err
+            raise JobFailed(
+                f"job {env.job_id} ({' '.join(sweep_overrides)}) raised {type(err).__name__}: {err}"
+            ) from err
         # Drop the configs from what travels back (the record on disk is the result).
         ret.cfg = None
         ret.hydra_cfg = None

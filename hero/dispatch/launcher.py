@@ -29,14 +29,16 @@ Extra launcher keys (besides every hydra-submitit-launcher key):
 executor, on this machine too: a new job starts as soon as a run slot frees (submitit's local
 executor would otherwise start every job of the array at once).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import logging
 import os
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
@@ -49,7 +51,15 @@ from hero.results import is_completed, read_record_or_none
 log = logging.getLogger(__name__)
 
 # Keys handled by HeroSubmititLauncher itself, not passed on to submitit.
-HERO_KEYS = ("skip_existing", "wait", "records_root", "job_dir", "slots", "collect_into", "poll_s")  # poll_s: accepted, unused
+HERO_KEYS = (
+    "skip_existing",
+    "wait",
+    "records_root",
+    "job_dir",
+    "slots",
+    "collect_into",
+    "poll_s",
+)  # poll_s: accepted, unused
 
 
 class HeroSubmititLauncher(BaseSubmititLauncher):
@@ -63,8 +73,15 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         hero = {k: params.pop(k) for k in HERO_KEYS if k in params}
         hero = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v) for k, v in hero.items()}
         super().__init__(**params)
-        self.hero = {"skip_existing": True, "wait": True, "records_root": None, "job_dir": "key", "slots": None,
-                     "collect_into": None, **hero}
+        self.hero = {
+            "skip_existing": True,
+            "wait": True,
+            "records_root": None,
+            "job_dir": "key",
+            "slots": None,
+            "collect_into": None,
+            **hero,
+        }
         self._held: list[tuple[Any, int, dict]] = []  # (local job, its run slot's descriptor, its plan) while it runs
 
     def _executor(self) -> Any:
@@ -76,13 +93,18 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         init_params: dict[str, Any] = {"folder": params["submitit_folder"]}
         if "max_num_timeout" in params:
             init_params[f"{self._EXECUTOR}_max_num_timeout"] = params["max_num_timeout"]
-        init_keys = {"submitit_folder", "max_num_timeout"} | ({"array_parallelism"} if self._EXECUTOR == "local" else set())
+        init_keys = {"submitit_folder", "max_num_timeout"} | (
+            {"array_parallelism"} if self._EXECUTOR == "local" else set()
+        )
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init_params)
         baseparams = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{
-            (k if k in baseparams else f"{self._EXECUTOR}_{k}"): v
-            for k, v in params.items() if k not in init_keys and v is not None
-        })
+        executor.update_parameters(
+            **{
+                (k if k in baseparams else f"{self._EXECUTOR}_{k}"): v
+                for k, v in params.items()
+                if k not in init_keys and v is not None
+            }
+        )
         return executor
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
@@ -92,18 +114,30 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + f"_{os.getpid()}"
-        plans = [plan_job(self.hydra_context, self.config, o, initial_job_idx + i, self.hero["job_dir"])
-                 for i, o in enumerate(job_overrides)]
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S") + f"_{os.getpid()}"
+        plans = [
+            plan_job(self.hydra_context, self.config, o, initial_job_idx + i, self.hero["job_dir"])
+            for i, o in enumerate(job_overrides)
+        ]
         settle(plans, bool(self.hero["skip_existing"]), Path(self.hero["records_root"] or sweep_dir), stamp)
 
         todo = [p for p in plans if p["state"] == "TO_SUBMIT"]
         skipped = [p for p in plans if p["state"] == "SKIPPED"]
-        log.info("hero launcher (%s): sweep dir %s — %d jobs, %d to submit, %d skipped (record exists)",
-                 self._EXECUTOR, sweep_dir, len(plans), len(todo), len(skipped))
+        log.info(
+            "hero launcher (%s): sweep dir %s — %d jobs, %d to submit, %d skipped (record exists)",
+            self._EXECUTOR,
+            sweep_dir,
+            len(plans),
+            len(todo),
+            len(skipped),
+        )
         for p in plans:
-            log.info("\t#%d %-9s %s", p["num"], "skip" if p["state"] == "SKIPPED" else "submit",
-                     " ".join(filter_overrides(p["overrides"])))
+            log.info(
+                "\t#%d %-9s %s",
+                p["num"],
+                "skip" if p["state"] == "SKIPPED" else "submit",
+                " ".join(filter_overrides(p["overrides"])),
+            )
 
         def write() -> Path:
             return write_manifest(sweep_dir, stamp, self._EXECUTOR, str(self.params.get("submitit_folder")), plans)
@@ -127,11 +161,16 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             log.warning("wait=false is not possible with the local executor (its jobs die with this process): waiting")
             wait = True
         if not wait:
-            print(f"submitted {len(todo)} job(s), skipped {len(skipped)}; manifest: {manifest_path}\n"
-                  f"  state:   python -m hero.dispatch status {manifest_path}\n"
-                  f"  records: python -m hero.dispatch collect {manifest_path}", flush=True)
-            return [_job_return(p, JobStatus.COMPLETED, {"submitted": p.get("job_id"), "manifest": str(manifest_path)})
-                    for p in plans]
+            print(
+                f"submitted {len(todo)} job(s), skipped {len(skipped)}; manifest: {manifest_path}\n"
+                f"  state:   python -m hero.dispatch status {manifest_path}\n"
+                f"  records: python -m hero.dispatch collect {manifest_path}",
+                flush=True,
+            )
+            return [
+                _job_return(p, JobStatus.COMPLETED, {"submitted": p.get("job_id"), "manifest": str(manifest_path)})
+                for p in plans
+            ]
 
         # Wait for every job; a failure does not stop the others.
         while self._held:
@@ -171,12 +210,18 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
                 rec = read_record_or_none(p["record"]) or {}
                 returns.append(_job_return(p, JobStatus.COMPLETED, _dotted(rec, p.get("objective_key"))))
             else:
-                returns.append(_job_return(p, JobStatus.FAILED, JobFailed(
-                    f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}")))
+                returns.append(
+                    _job_return(
+                        p,
+                        JobStatus.FAILED,
+                        JobFailed(f"job {p.get('job_id')} failed ({p.get('error', '')}); log: {p.get('log')}"),
+                    )
+                )
         return returns
 
-    def _submit(self, executor: Any, job: Any, args: list[tuple], plans: list[dict],
-                started: Callable[[int, Any], Any]) -> list[Any]:
+    def _submit(
+        self, executor: Any, job: Any, args: list[tuple], plans: list[dict], started: Callable[[int, Any], Any]
+    ) -> list[Any]:
         """Submit every job: one array, or, on the local executor with ``array_parallelism`` set, one
         job at a time as run slots free, calling ``started(k, job)`` as the k-th starts (this returns
         when the last one has started; ``launch`` frees the rest of the slots as their jobs end)."""
@@ -191,8 +236,13 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             jobs.append(executor.submit(job, *a))
             self._held.append((jobs[-1], fd, plan))
             started(len(jobs) - 1, jobs[-1])
-            log.info("\tstarted #%d (%d of this launch running, %d slot(s)%s)", a[2], len(self._held), int(limit),
-                     f" shared in {slots}" if slots else "")
+            log.info(
+                "\tstarted #%d (%d of this launch running, %d slot(s)%s)",
+                a[2],
+                len(self._held),
+                int(limit),
+                f" shared in {slots}" if slots else "",
+            )
         return jobs
 
     def _free_finished(self) -> None:
@@ -207,8 +257,9 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         """Copy the completed records of ``plans`` to ``collect_into`` (when set); a conflict is logged, not fatal."""
         if not self.hero["collect_into"]:
             return
-        found = [e for p in plans
-                 if (e := record_entry(p, p.get("record") or record_of(p))) and is_completed(e["record"])]
+        found = [
+            e for p in plans if (e := record_entry(p, p.get("record") or record_of(p))) and is_completed(e["record"])
+        ]
         new, _, conflicts = collect_into(found, self.hero["collect_into"])
         for path in new:
             log.info("collected %s", path)

@@ -13,6 +13,7 @@ log). With ``wait: false`` the launch returns after writing the manifest, and la
 A sweep made by another launcher (Hydra's basic one) has no manifest: ``NoManifest`` says so
 in one line and names ``python -m analysis.report`` to read its records instead.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,8 +23,9 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from hero.dispatch.plan import record_of, task_overrides
 from hero.dispatch.studies import override_value
@@ -34,8 +36,17 @@ log = logging.getLogger(__name__)
 MANIFEST_DIRNAME = "manifests"
 SUMMARY_FILENAME = "summary.json"
 COLLECTED_FILENAME = "collected.json"
-SCHED_WAITING = ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING",
-                 "REQUEUE_HOLD", "REQUEUE_FED")
+SCHED_WAITING = (
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "RESIZING",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+)
 SCHED_FAILED = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
 
@@ -46,10 +57,16 @@ class NoManifest(ValueError):
 def write_manifest(sweep_dir: Path, stamp: str, cluster: str, submitit_folder: str, plans: list[dict]) -> Path:
     """Record what this launch planned and submitted: ``<sweep dir>/manifests/<stamp>.json``."""
     manifest = {
-        "created": now_iso(), "cluster": cluster, "sweep_dir": str(sweep_dir), "submitit_folder": submitit_folder,
-        "command": " ".join(shlex.quote(a) for a in sys.argv), "launcher_pid": os.getpid(),
-        "n_jobs": len(plans), "n_submitted": sum(p["state"] != "SKIPPED" for p in plans),
-        "n_skipped": sum(p["state"] == "SKIPPED" for p in plans), "jobs": plans,
+        "created": now_iso(),
+        "cluster": cluster,
+        "sweep_dir": str(sweep_dir),
+        "submitit_folder": submitit_folder,
+        "command": " ".join(shlex.quote(a) for a in sys.argv),
+        "launcher_pid": os.getpid(),
+        "n_jobs": len(plans),
+        "n_submitted": sum(p["state"] != "SKIPPED" for p in plans),
+        "n_skipped": sum(p["state"] == "SKIPPED" for p in plans),
+        "jobs": plans,
     }
     return write_atomic(sweep_dir / MANIFEST_DIRNAME / f"{stamp}.json", manifest)
 
@@ -62,16 +79,20 @@ def load_manifests(target: str | os.PathLike) -> tuple[Path, list[dict]]:
         raise NoManifest(f"{target}: no such manifest file or sweep dir")
     files = sorted((target / MANIFEST_DIRNAME).glob("*.json")) if target.is_dir() else [target]
     if not files:
-        raise NoManifest(f"{target}: no manifest ({MANIFEST_DIRNAME}/*.json) - this sweep did not run through the "
-                         "HeRo launcher (hydra/launcher=slurm|hero_local, e.g. with hydra.launcher.wait=false), so "
-                         f"there are no job ids to query; read its records with: python -m analysis.report {target}")
+        raise NoManifest(
+            f"{target}: no manifest ({MANIFEST_DIRNAME}/*.json) - this sweep did not run through the "
+            "HeRo launcher (hydra/launcher=slurm|hero_local, e.g. with hydra.launcher.wait=false), so "
+            f"there are no job ids to query; read its records with: python -m analysis.report {target}"
+        )
     jobs: dict[str, dict] = {}
     manifests = []
     for f in files:
         m = read_record_or_none(f)
         if not isinstance(m, dict) or not isinstance(m.get("jobs"), list):
-            raise NoManifest(f"{f}: not a HeRo manifest (a JSON file with a 'jobs' list, written under "
-                             f"<sweep dir>/{MANIFEST_DIRNAME}/ by the HeRo launcher)")
+            raise NoManifest(
+                f"{f}: not a HeRo manifest (a JSON file with a 'jobs' list, written under "
+                f"<sweep dir>/{MANIFEST_DIRNAME}/ by the HeRo launcher)"
+            )
         manifests.append(m)
         for j in m["jobs"]:
             j = dict(j, manifest=str(f), cluster=m.get("cluster", "slurm"), launcher_pid=m.get("launcher_pid"))
@@ -89,8 +110,12 @@ def _sacct_states(job_ids: Sequence[str]) -> dict[str, str]:
     if not ids:
         return out
     try:
-        r = subprocess.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(ids)],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            ["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(ids)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         for line in r.stdout.splitlines():
             parts = line.split("|")
             if len(parts) >= 2:
@@ -100,8 +125,9 @@ def _sacct_states(job_ids: Sequence[str]) -> dict[str, str]:
     missing = [j for j in ids if j not in out]
     if missing:
         try:
-            r = subprocess.run(["squeue", "-h", "-o", "%i|%T", "-j", ",".join(missing)],
-                               capture_output=True, text=True, timeout=60)
+            r = subprocess.run(
+                ["squeue", "-h", "-o", "%i|%T", "-j", ",".join(missing)], capture_output=True, text=True, timeout=60
+            )
             for line in r.stdout.splitlines():
                 jid, _, st = line.partition("|")
                 out[jid.strip()] = st.strip()
@@ -206,10 +232,19 @@ def status(target: str | os.PathLike) -> dict:
 def collect(target: str | os.PathLike) -> dict:
     """States of the manifest's jobs plus their records, written to ``<sweep dir>/collected.json``."""
     summary = status(target)
-    records = [e for j in summary["jobs"] if j.get("record") and j["state"] in ("COMPLETED", "SKIPPED")
-               if (e := record_entry(j, j["record"])) is not None]
-    out = {"created": now_iso(), "sweep_dir": summary["sweep_dir"], "counts": summary["counts"],
-           "failed": summary["failed"], "records": records}
+    records = [
+        e
+        for j in summary["jobs"]
+        if j.get("record") and j["state"] in ("COMPLETED", "SKIPPED")
+        if (e := record_entry(j, j["record"])) is not None
+    ]
+    out = {
+        "created": now_iso(),
+        "sweep_dir": summary["sweep_dir"],
+        "counts": summary["counts"],
+        "failed": summary["failed"],
+        "records": records,
+    }
     write_atomic(Path(summary["sweep_dir"]) / COLLECTED_FILENAME, out)
     summary["records"] = records
     return summary
@@ -232,8 +267,9 @@ def record_name(record: dict, overrides: Sequence[str]) -> str:
     parts = [str(record.get("method"))]
     if record.get("variant") not in (None, record.get("method")):
         parts.append(str(record["variant"]))
-    knob = next(((label, v) for key, label in KNOB_LABELS.items() if (v := override_value(overrides, key)) is not None),
-                None)
+    knob = next(
+        ((label, v) for key, label in KNOB_LABELS.items() if (v := override_value(overrides, key)) is not None), None
+    )
     if knob:
         parts.append("calibrated" if knob[1] == "calibrated" else f"{knob[0]}{knob[1]}")
     parts.append(f"s{record.get('seed')}")
@@ -282,13 +318,29 @@ def summarise(plans: list[dict], sweep_dir: Path, manifest_path: Path | None) ->
     for p in plans:
         counts[p["state"]] = counts.get(p["state"], 0) + 1
     summary = {
-        "created": now_iso(), "sweep_dir": str(sweep_dir), "manifest": str(manifest_path) if manifest_path else None,
+        "created": now_iso(),
+        "sweep_dir": str(sweep_dir),
+        "manifest": str(manifest_path) if manifest_path else None,
         "counts": counts,
-        "failed": [{"num": p["num"], "job_id": p.get("job_id"), "overrides": p["overrides"],
-                    "output_dir": p["output_dir"], "log": p.get("log"), "error": p.get("error")}
-                   for p in jobs if p["state"] == "FAILED"],
-        "jobs": [{k: p.get(k) for k in ("num", "job_id", "state", "slurm_state", "overrides", "output_dir",
-                                          "record", "log", "error")} for p in jobs],
+        "failed": [
+            {
+                "num": p["num"],
+                "job_id": p.get("job_id"),
+                "overrides": p["overrides"],
+                "output_dir": p["output_dir"],
+                "log": p.get("log"),
+                "error": p.get("error"),
+            }
+            for p in jobs
+            if p["state"] == "FAILED"
+        ],
+        "jobs": [
+            {
+                k: p.get(k)
+                for k in ("num", "job_id", "state", "slurm_state", "overrides", "output_dir", "record", "log", "error")
+            }
+            for p in jobs
+        ],
     }
     write_atomic(sweep_dir / SUMMARY_FILENAME, summary)
     return summary
@@ -300,8 +352,10 @@ def print_summary(summary: dict, to_log: bool = False) -> None:
     lines = [f"== sweep summary: {counts} — {summary['sweep_dir']}/{SUMMARY_FILENAME}"]
     for j in summary["jobs"]:
         where = j.get("record") or j.get("output_dir")
-        lines.append(f"  {j['state']:<9} #{j['num']:<3} {str(j.get('job_id') or '-'):<12} "
-                     f"{' '.join(task_overrides(j['overrides'])) or '(defaults)'}  {where}")
+        lines.append(
+            f"  {j['state']:<9} #{j['num']:<3} {str(j.get('job_id') or '-'):<12} "
+            f"{' '.join(task_overrides(j['overrides'])) or '(defaults)'}  {where}"
+        )
     for f in summary["failed"]:
         lines.append(f"  FAILED job {f['job_id']} ({' '.join(task_overrides(f['overrides']))}): {f.get('error')}")
         lines.append(f"         log: {f['log']}")
@@ -310,4 +364,3 @@ def print_summary(summary: dict, to_log: bool = False) -> None:
         log.info(text)
     else:
         print(text, flush=True)
-

@@ -8,6 +8,7 @@ a job SKIPPED when a completed record for it exists (in its dir, in the pipeline
 index, or anywhere under ``records_root``) and moves a failed record aside, so that the rerun is
 a rerun and resumes from the checkpoints left in place.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,11 +16,19 @@ import hashlib
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from hero.results import RESULTS_FILENAME, config_hash, index_file, index_records, indexed_record, is_completed, \
-    read_record_or_none
+from hero.results import (
+    RESULTS_FILENAME,
+    config_hash,
+    index_file,
+    index_records,
+    indexed_record,
+    is_completed,
+    read_record_or_none,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +86,16 @@ def plan_job(hydra_context: Any, config: Any, overrides: Sequence[str], num: int
     finally:
         if prev is not None:
             HydraConfig.instance().set_config(prev)
-    return {"num": num, "overrides": list(overrides), "subdir": subdir, "output_dir": str(out.absolute()),
-            "launch_hash": chash, "index_file": entry, "force": force,
-            "objective_key": objective_key if isinstance(objective_key, str) else None}
+    return {
+        "num": num,
+        "overrides": list(overrides),
+        "subdir": subdir,
+        "output_dir": str(out.absolute()),
+        "launch_hash": chash,
+        "index_file": entry,
+        "force": force,
+        "objective_key": objective_key if isinstance(objective_key, str) else None,
+    }
 
 
 def _hashed_config(task: Any) -> Any:

@@ -7,14 +7,15 @@ leaks a slot. Several multiruns started at once (``python -m hero.dispatch sweep
 variants side by side on the local launcher) then share the machine's cores instead of each
 keeping its own count, and a variant with an odd number of jobs leaves no core idle.
 """
+
 from __future__ import annotations
 
 import fcntl
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 class SlotPool:

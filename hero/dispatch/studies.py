@@ -10,12 +10,13 @@ runs only those variants (e.g. the baselines while the router variants are still
 On the local launcher the variants run side by side, sharing one pool of run slots
 (``shared_slots``): a variant with an odd number of jobs leaves no core idle.
 """
+
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import yaml
 
@@ -42,8 +43,9 @@ def select_variants(study: dict, names: Sequence[str]) -> dict:
     have = [v["name"] for v in study["variants"]]
     unknown = [n for n in names if n not in have]
     if unknown:
-        raise ValueError(f"--variants {','.join(unknown)}: not in study {study['name']}; "
-                         f"its variants are {', '.join(have)}")
+        raise ValueError(
+            f"--variants {','.join(unknown)}: not in study {study['name']}; its variants are {', '.join(have)}"
+        )
     return {**study, "variants": [v for v in study["variants"] if v["name"] in names]}
 
 

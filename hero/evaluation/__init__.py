@@ -1,8 +1,20 @@
 """Evaluation (HERO_SPEC §7): lm-evaluation-harness suites, Retain against a named baseline, routing statistics."""
+
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError
 from hero.evaluation.retain import RetainError, retain
 from hero.evaluation.routing import routing_statistics
 from hero.evaluation.suites import SUITES, TaskSpec, check_config, evaluate_suite, suite_fingerprint, task_specs
 
-__all__ = ["LM_EVAL_VERSION", "SUITES", "EvaluationError", "RetainError", "TaskSpec", "check_config", "evaluate_suite",
-           "retain", "routing_statistics", "suite_fingerprint", "task_specs"]
+__all__ = [
+    "LM_EVAL_VERSION",
+    "SUITES",
+    "EvaluationError",
+    "RetainError",
+    "TaskSpec",
+    "check_config",
+    "evaluate_suite",
+    "retain",
+    "routing_statistics",
+    "suite_fingerprint",
+    "task_specs",
+]

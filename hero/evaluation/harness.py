@@ -17,6 +17,7 @@ between releases; a different installed version is an error, and the version use
 recorded in ``eval_meta.lm_eval``. Like the lm-eval CLI, each task reseeds Python, NumPy
 and torch (seeds 0, 1234, 1234) and seeds the few-shot sampler with 1234.
 """
+
 from __future__ import annotations
 
 from importlib.metadata import version
@@ -35,8 +36,10 @@ def lm_eval_version() -> str:
     """The installed lm-eval version; an error unless it is the pinned one."""
     installed = version("lm_eval")
     if installed != LM_EVAL_VERSION:
-        raise EvaluationError(f"lm-eval {installed} is installed, HeRo Lab pins {LM_EVAL_VERSION} (scores drift "
-                              f"between versions): pip install 'lm-eval[hf]=={LM_EVAL_VERSION}'")
+        raise EvaluationError(
+            f"lm-eval {installed} is installed, HeRo Lab pins {LM_EVAL_VERSION} (scores drift "
+            f"between versions): pip install 'lm-eval[hf]=={LM_EVAL_VERSION}'"
+        )
     return installed
 
 
@@ -99,11 +102,19 @@ def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
     if spec.gen_kwargs and task.get_config("output_type") == "generate_until":
         task.set_config(key="generation_kwargs", value=dict(spec.gen_kwargs), update=True)
     task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
-    out = evaluate(lm=lm, task_dict=loaded, limit=spec.limit, log_samples=False,
-                   apply_chat_template=spec.chat_template, fewshot_as_multiturn=spec.fewshot_as_multiturn,
-                   confirm_run_unsafe_code=spec.unsafe_code)
+    out = evaluate(
+        lm=lm,
+        task_dict=loaded,
+        limit=spec.limit,
+        log_samples=False,
+        apply_chat_template=spec.chat_template,
+        fewshot_as_multiturn=spec.fewshot_as_multiturn,
+        confirm_run_unsafe_code=spec.unsafe_code,
+    )
     metrics = metric_values(out["results"][spec.lm_eval_task])
     if spec.metric not in metrics:
-        raise EvaluationError(f"eval.tasks.{spec.name}.metric={spec.metric!r}: lm-eval task {spec.lm_eval_task!r} "
-                              f"reports {sorted(metrics)}")
+        raise EvaluationError(
+            f"eval.tasks.{spec.name}.metric={spec.metric!r}: lm-eval task {spec.lm_eval_task!r} "
+            f"reports {sorted(metrics)}"
+        )
     return metrics, dict(out["n-samples"][spec.lm_eval_task])

@@ -3,6 +3,7 @@
 Token-weighted perplexity metrics aggregate (summed log-prob, token count) items, so every
 token of every chunk weighs the same whatever the chunk lengths.
 """
+
 from __future__ import annotations
 
 import math

@@ -3,6 +3,7 @@
 Not the ratio of mean scores. The baseline is always named and stored with the
 value and the task list; a missing baseline score is an error, never a fallback.
 """
+
 from __future__ import annotations
 
 from hero.errors import ConfigError
@@ -12,8 +13,12 @@ class RetainError(ConfigError):
     """Retain cannot be computed against the named baseline."""
 
 
-def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, float]], primary: dict[str, str],
-           baseline_name: str) -> dict:
+def retain(
+    scores: dict[str, dict[str, float]],
+    baseline: dict[str, dict[str, float]],
+    primary: dict[str, str],
+    baseline_name: str,
+) -> dict:
     """``{"value", "baseline", "tasks", "per_task"}`` over the tasks of ``primary`` (task → metric)."""
     ratios = {}
     for task, metric in sorted(primary.items()):
@@ -27,6 +32,10 @@ def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, fl
         ratios[task] = scores[task][metric] / reference
     if not ratios:
         raise RetainError("no tasks to compute Retain over")
-    return {"value": 100.0 * sum(ratios.values()) / len(ratios), "baseline": baseline_name,
-            "tasks": sorted(ratios), "metrics": dict(sorted(primary.items())),
-            "per_task": {task: 100.0 * r for task, r in ratios.items()}}
+    return {
+        "value": 100.0 * sum(ratios.values()) / len(ratios),
+        "baseline": baseline_name,
+        "tasks": sorted(ratios),
+        "metrics": dict(sorted(primary.items())),
+        "per_task": {task: 100.0 * r for task, r in ratios.items()},
+    }

@@ -7,6 +7,7 @@ statistic averages over), a histogram of the gate g per layer over all tokens
 (``gate_histogram``), learned ρ, and the FFN execution rate per token type or class
 (``by_token_type``). Padding is excluded everywhere.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,8 +44,11 @@ def wandb_gate_histograms(skip: dict) -> dict:
     """W&B payload of the gate histograms: ``routing/gate/layer_<l>``."""
     import wandb
 
-    return {f"routing/gate/layer_{layer}": wandb.Histogram(np_histogram=(h["counts"], h["edges"]))
-            for layer, h in skip.get("gate_histogram", {}).items() if sum(h["counts"])}
+    return {
+        f"routing/gate/layer_{layer}": wandb.Histogram(np_histogram=(h["counts"], h["edges"]))
+        for layer, h in skip.get("gate_histogram", {}).items()
+        if sum(h["counts"])
+    }
 
 
 @torch.no_grad()
@@ -76,6 +80,7 @@ def routing_statistics(model: nn.Module, batches, type_names: tuple[str, ...] | 
     skip = meter.result()
     skip["gate_histogram"] = gates.result()
     if type_names is not None:
-        skip["by_token_type"] = {name: float(executed[i] / counts[i]) if counts[i] else None
-                                 for i, name in enumerate(type_names)}
+        skip["by_token_type"] = {
+            name: float(executed[i] / counts[i]) if counts[i] else None for i, name in enumerate(type_names)
+        }
     return skip, learned_rho(model)

@@ -18,14 +18,15 @@ per task of the record (``eval.<task>.<metric>``): ``lm_eval_task``, ``num_fewsh
 optionally ``fewshot_as_multiturn`` (default: as ``chat_template``), ``gen_kwargs``,
 ``limit`` (default ``eval.limit``), ``unsafe_code`` (the task executes generated
 code) and ``retain`` (default true; ``false`` makes the task a diagnostic: scored and
-recorded under ``eval_meta.diagnostic_metric``, not part of Retain). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``, optional
-keys with a leading ``+`` (``+eval.tasks.piqa.limit=100``).
+recorded under ``eval_meta.diagnostic_metric``, not part of Retain). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``,
+optional keys with a leading ``+`` (``+eval.tasks.piqa.limit=100``).
 
 ``evaluate_suite`` returns ``(scores, meta)``: scores as {task: {metric: value}} and meta
 with the suite, the primary metric per task, the limit, the lm-eval version, the
 resolved task settings with sample counts, a fingerprint of those settings, and the wall
 time of the evaluation.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -82,12 +83,20 @@ def task_specs(eval_cfg) -> list[TaskSpec]:
             raise EvaluationError(f"{where}.num_fewshot={entry['num_fewshot']!r}: must be an integer ≥ 0")
         _positive_int_or_none(entry.get("limit"), f"{where}.limit")
         chat = bool(entry["chat_template"])
-        specs.append(TaskSpec(name=name, lm_eval_task=entry["lm_eval_task"], num_fewshot=entry["num_fewshot"],
-                              metric=entry["metric"], chat_template=chat,
-                              fewshot_as_multiturn=bool(entry.get("fewshot_as_multiturn", chat)),
-                              limit=entry.get("limit") or eval_cfg.limit, gen_kwargs=entry.get("gen_kwargs") or {},
-                              unsafe_code=bool(entry.get("unsafe_code", False)),
-                              retain=bool(entry.get("retain", True))))
+        specs.append(
+            TaskSpec(
+                name=name,
+                lm_eval_task=entry["lm_eval_task"],
+                num_fewshot=entry["num_fewshot"],
+                metric=entry["metric"],
+                chat_template=chat,
+                fewshot_as_multiturn=bool(entry.get("fewshot_as_multiturn", chat)),
+                limit=entry.get("limit") or eval_cfg.limit,
+                gen_kwargs=entry.get("gen_kwargs") or {},
+                unsafe_code=bool(entry.get("unsafe_code", False)),
+                retain=bool(entry.get("retain", True)),
+            )
+        )
     return specs
 
 
@@ -102,8 +111,9 @@ def check_config(eval_cfg) -> None:
 
 def suite_fingerprint(eval_cfg) -> str:
     """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match."""
-    payload = json.dumps({"lm_eval": LM_EVAL_VERSION, "tasks": [asdict(s) for s in task_specs(eval_cfg)]},
-                         sort_keys=True)
+    payload = json.dumps(
+        {"lm_eval": LM_EVAL_VERSION, "tasks": [asdict(s) for s in task_specs(eval_cfg)]}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
@@ -113,15 +123,21 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
     specs = task_specs(eval_cfg)
-    meta = {"suite": eval_cfg.suite, "primary_metric": {s.name: s.metric for s in specs if s.retain},
-            "diagnostic_metric": {s.name: s.metric for s in specs if not s.retain}, "limit": eval_cfg.limit,
-            "lm_eval": lm_eval_version(), "fingerprint": suite_fingerprint(eval_cfg),
-            "tasks": {s.name: asdict(s) for s in specs}}
+    meta = {
+        "suite": eval_cfg.suite,
+        "primary_metric": {s.name: s.metric for s in specs if s.retain},
+        "diagnostic_metric": {s.name: s.metric for s in specs if not s.retain},
+        "limit": eval_cfg.limit,
+        "lm_eval": lm_eval_version(),
+        "fingerprint": suite_fingerprint(eval_cfg),
+        "tasks": {s.name: asdict(s) for s in specs},
+    }
     was_training = model.training
     try:
         with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir:
-            scores, counts = _evaluate(model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer,
-                                                                                 Path(workdir)), specs)
+            scores, counts = _evaluate(
+                model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs
+            )
     finally:
         model.train(was_training)
     for name, n in counts.items():

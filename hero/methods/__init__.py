@@ -10,6 +10,7 @@
 
 Adding a method is one module with a ``Method`` subclass, registered below, and ``conf/method/<name>.yaml``.
 """
+
 from __future__ import annotations
 
 from hero.methods.base import Method, MethodConfigError, Prepared
@@ -21,8 +22,9 @@ from hero.methods.random_skip import RandomSkip
 from hero.methods.skipgpt_rt import SkipGPTRT
 from hero.methods.static_drop import StaticDrop
 
-METHODS: dict[str, Method] = {m.name: m for m in (HeRo(), Dense(), LoRA(), DropRoutableFFN(), SkipGPTRT(),
-                                                  StaticDrop(), RandomSkip())}
+METHODS: dict[str, Method] = {
+    m.name: m for m in (HeRo(), Dense(), LoRA(), DropRoutableFFN(), SkipGPTRT(), StaticDrop(), RandomSkip())
+}
 
 
 def get(name: str) -> Method:

@@ -6,12 +6,14 @@ attached, whether and how it trains), ``fit`` when it trains, ``save`` the train
 ``statistics`` on the routing data — and never branches on the method's name. ``python -m
 hero.rescore`` uses ``prepare`` + ``load`` to score a finished run again on another suite.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -56,8 +58,10 @@ def fixed_routing(model: nn.Module, layers: list[int], ffn_executed: bool) -> di
     """The skip section of a model that runs every routable FFN (dense, LoRA) or none (drop control)."""
     blocks = decoder_layers(model)
     skipped = 0.0 if ffn_executed else sum(p.numel() for i in layers for p in blocks[i].mlp.parameters())
-    return {"param_rate": skipped / total_param_count(model),
-            "per_layer_ffn_rate": {str(layer): float(ffn_executed) for layer in layers}}
+    return {
+        "param_rate": skipped / total_param_count(model),
+        "per_layer_ffn_rate": {str(layer): float(ffn_executed) for layer in layers},
+    }
 
 
 class Method:
@@ -65,7 +69,7 @@ class Method:
 
     name: ClassVar[str]
     knob_key: ClassVar[str | None] = None  # the config key calibration moves ("alpha", "method.p", ...)
-    reference: ClassVar[bool] = False      # the Retain baseline itself (dense): it writes the baseline cache
+    reference: ClassVar[bool] = False  # the Retain baseline itself (dense): it writes the baseline cache
     state_dir: ClassVar[str] = TRAINED_DIR  # where a trained run keeps its trainable tensors, in its run dir
 
     def check(self, cfg) -> None:
@@ -105,8 +109,10 @@ class Method:
             raise MethodConfigError(f"{directory} was trained on another backbone ({meta['backbone']} vs {found})")
         state, params = load_file(str(directory / WEIGHTS_FILE)), _trainable(prepared.model)
         if set(state) != set(params):
-            raise MethodConfigError(f"{directory} holds tensors {sorted(set(state) - set(params))[:3]} this "
-                                    f"model lacks, and lacks {sorted(set(params) - set(state))[:3]}")
+            raise MethodConfigError(
+                f"{directory} holds tensors {sorted(set(state) - set(params))[:3]} this "
+                f"model lacks, and lacks {sorted(set(params) - set(state))[:3]}"
+            )
         with torch.no_grad():
             for name, tensor in state.items():
                 params[name].copy_(tensor)

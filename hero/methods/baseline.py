@@ -10,6 +10,7 @@ measured by the same ``SkipMeter`` on the same routing data; its knob is calibra
     static_drop   k               nothing                             hero.baselines.static_drop
     random_skip   p               the adapters (adapter=true), LM     hero.baselines.random_skip
 """
+
 from __future__ import annotations
 
 from types import ModuleType
@@ -19,19 +20,26 @@ import torch
 from omegaconf import OmegaConf
 
 from hero.calibration_file import calibrated_knob
-from hero.methods.base import Method, MethodConfigError, Prepared
 from hero.evaluation.routing import routing_statistics
+from hero.methods.base import Method, MethodConfigError, Prepared
 
 
-def check_number(method: str, key: str, value, low: float, high: float, closed_high: bool = False,
-                 knob: bool = False) -> None:
+def check_number(
+    method: str, key: str, value, low: float, high: float, closed_high: bool = False, knob: bool = False
+) -> None:
     """``value`` is a number in [low, high) (or [low, high]); one line naming it otherwise."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value and (
-        value <= high if closed_high else value < high)
+    ok = (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and low <= value
+        and (value <= high if closed_high else value < high)
+    )
     if not ok:
         bracket = "]" if closed_high else ")"
-        raise MethodConfigError(f"method.{key}={value!r}: {method} needs a number in [{low:g}, {high:g}{bracket}"
-                                + (" or 'calibrated'" if knob else ""))
+        raise MethodConfigError(
+            f"method.{key}={value!r}: {method} needs a number in [{low:g}, {high:g}{bracket}"
+            + (" or 'calibrated'" if knob else "")
+        )
 
 
 def no_regularizer(gates, valid: torch.Tensor) -> torch.Tensor:
@@ -69,8 +77,13 @@ class Baseline(Method):
 
     def record(self, value, calibrated: bool, **extra) -> dict:
         """The record's ``baseline`` section: definition, deviations from the source, knob and its settings."""
-        return {"method": self.name, "source": self.module.SOURCE, "deviations": list(self.module.DEVIATIONS),
-                "knob": {"name": self.knob, "value": value, "calibrated": calibrated}, **extra}
+        return {
+            "method": self.name,
+            "source": self.module.SOURCE,
+            "deviations": list(self.module.DEVIATIONS),
+            "knob": {"name": self.knob, "value": value, "calibrated": calibrated},
+            **extra,
+        }
 
     def statistics(self, prepared: Prepared, batches, classes) -> tuple[dict, dict]:
         """Baselines have no forget factor ρ: only the skip section."""

@@ -1,4 +1,5 @@
 """``method=dense``: the frozen backbone as it is — the Retain baseline every other run is scored against."""
+
 from __future__ import annotations
 
 from hero.methods.base import Method, Prepared, fixed_routing

@@ -1,4 +1,5 @@
 """``method=drop_routable_ffn``: every routable FFN removed, nothing in its place — the floor to beat."""
+
 from __future__ import annotations
 
 from hero.methods.base import Method, Prepared, fixed_routing

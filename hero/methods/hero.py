@@ -4,6 +4,7 @@ Trains router, adapters and η with L = L_LM + α·L_skip (eq 17–18); its trai
 saved router (``<run_dir>/router/``, ``hero.model.save_router``), which ``hero.model.load_router``
 refuses to put on another backbone, layer set or router config.
 """
+
 from __future__ import annotations
 
 from omegaconf import OmegaConf
@@ -19,8 +20,13 @@ class HeRo(Method):
 
     def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:
         config = RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True))
-        return Prepared(attach(model, layers, config=config), trains=True, weight=alpha, routed=True,
-                        calibrated=cfg.alpha == "calibrated")
+        return Prepared(
+            attach(model, layers, config=config),
+            trains=True,
+            weight=alpha,
+            routed=True,
+            calibrated=cfg.alpha == "calibrated",
+        )
 
     def save(self, prepared, run_dir):
         return save_router(prepared.model, run_dir / self.state_dir)

@@ -3,6 +3,7 @@
 Rank ``method.r`` (128 on Llama as the paper; ``model.lora_r`` = 8 on the testbed), alpha 2r unless
 ``method.lora_alpha`` is set, on ``method.target_modules``.
 """
+
 from __future__ import annotations
 
 from peft import LoraConfig, get_peft_model
@@ -25,6 +26,11 @@ class LoRA(Method):
 def with_lora(model, method_cfg):
     """``model`` wrapped by peft with the LoRA adapters of ``method_cfg`` (only they train)."""
     r = int(method_cfg.r)
-    config = LoraConfig(r=r, lora_alpha=method_cfg.lora_alpha or 2 * r, lora_dropout=method_cfg.dropout,
-                        target_modules=list(method_cfg.target_modules), task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=r,
+        lora_alpha=method_cfg.lora_alpha or 2 * r,
+        lora_dropout=method_cfg.dropout,
+        target_modules=list(method_cfg.target_modules),
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)

@@ -2,6 +2,7 @@
 
 With ``method.adapter=true`` the skip branch is HeRo's adapter, trained with L_LM alone.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -28,5 +29,11 @@ class RandomSkip(Baseline):
         adapter = bool(cfg.method.adapter)
         factory = partial(random_skip.RandomPolicy, p=value, seed=cfg.seed)
         model = attach_policy(model, layers, self.name, self.options(cfg, value), factory, adapter=adapter)
-        return Prepared(model, trains=adapter, routed=True, regularizer=no_regularizer, calibrated=calibrated,
-                        record=self.record(value, calibrated, p=value, adapter=adapter))
+        return Prepared(
+            model,
+            trains=adapter,
+            routed=True,
+            regularizer=no_regularizer,
+            calibrated=calibrated,
+            record=self.record(value, calibrated, p=value, adapter=adapter),
+        )

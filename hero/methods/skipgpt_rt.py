@@ -1,4 +1,5 @@
 """``method=skipgpt_rt``: SkipGPT's per-layer routers tuned with the backbone frozen (``hero.baselines.skipgpt``)."""
+
 from __future__ import annotations
 
 from functools import partial
@@ -28,7 +29,19 @@ class SkipGPTRT(Baseline):
         value, calibrated = self.knob_value(cfg)
         factory = partial(skipgpt.SkipGPTRouter, temperature=method.temperature, bias_init=method.bias_init)
         model = attach_policy(model, layers, self.name, self.options(cfg, value), factory, adapter=False)
-        record = self.record(value, calibrated, target_ratio=value, sparsity_weight=method.sparsity_weight,
-                             temperature=method.temperature)
-        return Prepared(model, trains=True, weight=float(method.sparsity_weight), routed=True, record=record,
-                        regularizer=partial(skipgpt.sparsity_loss, target_ratio=float(value)), calibrated=calibrated)
+        record = self.record(
+            value,
+            calibrated,
+            target_ratio=value,
+            sparsity_weight=method.sparsity_weight,
+            temperature=method.temperature,
+        )
+        return Prepared(
+            model,
+            trains=True,
+            weight=float(method.sparsity_weight),
+            routed=True,
+            record=record,
+            regularizer=partial(skipgpt.sparsity_loss, target_ratio=float(value)),
+            calibrated=calibrated,
+        )

@@ -1,4 +1,5 @@
 """The bottleneck adapter that replaces the frozen FFN for skipped tokens (eq 2)."""
+
 from __future__ import annotations
 
 import torch

@@ -6,9 +6,10 @@ Llama, Mistral, Qwen2/3, ...), wraps the routable ones in ``RoutedDecoderLayer``
 (the original stays as ``base_layer``), registers one shared ``Router`` as
 ``model.hero_router`` and freezes every backbone parameter.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -23,9 +24,14 @@ LAYER_SETS = ("second_half", "from_9", "all")
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The backbone's list of decoder layers, found by structure; a clear error otherwise."""
-    for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and len(module) > 0 and all(
-            isinstance(layer, RoutedDecoderLayer) or all(hasattr(layer, part) for part in LAYER_PARTS) for layer in module
+    for module in model.modules():
+        if (
+            isinstance(module, nn.ModuleList)
+            and len(module) > 0
+            and all(
+                isinstance(layer, RoutedDecoderLayer) or all(hasattr(layer, part) for part in LAYER_PARTS)
+                for layer in module
+            )
         ):
             return module
     raise HeRoConfigError(
@@ -48,7 +54,9 @@ def resolve_layers(spec: str | Sequence[int], num_layers: int) -> list[int]:
             return list(range(num_layers // 4, num_layers))
         if spec == "all":
             return list(range(num_layers))
-        raise HeRoConfigError(f"layers={spec!r}: allowed layer sets are {', '.join(LAYER_SETS)} or a list of 0-based indices")
+        raise HeRoConfigError(
+            f"layers={spec!r}: allowed layer sets are {', '.join(LAYER_SETS)} or a list of 0-based indices"
+        )
     layers = list(spec)
     if not layers:
         raise HeRoConfigError("layers=[]: at least one routable layer is needed")
@@ -60,8 +68,9 @@ def resolve_layers(spec: str | Sequence[int], num_layers: int) -> list[int]:
     return sorted(layers)
 
 
-def attach(model: nn.Module, layers: str | Sequence[int] = "second_half", config: RouterConfig | None = None,
-           **router_options) -> nn.Module:
+def attach(
+    model: nn.Module, layers: str | Sequence[int] = "second_half", config: RouterConfig | None = None, **router_options
+) -> nn.Module:
     """Turn ``model`` into a HeRo-routed model in place and return it.
 
     ``router_options`` are ``RouterConfig`` fields (``memory_read=False``, ...); the router class
@@ -85,13 +94,24 @@ def attach(model: nn.Module, layers: str | Sequence[int] = "second_half", config
     router, counts = build_router(config, hidden_size, len(routable))
     router = router.to(reference.device)
     if config.local_head_hidden == "matched":
-        print(f"[hero] param_matched_local: local head width {counts['local_head_hidden']}, "
-              f"{counts['router']:,} trainable router parameters vs full HeRo {counts['full_hero']:,} "
-              f"({counts['relative_to_full']:+.2%}; router + eta, adapters excluded)", flush=True)
+        print(
+            f"[hero] param_matched_local: local head width {counts['local_head_hidden']}, "
+            f"{counts['router']:,} trainable router parameters vs full HeRo {counts['full_hero']:,} "
+            f"({counts['relative_to_full']:+.2%}; router + eta, adapters excluded)",
+            flush=True,
+        )
     context = RoutingContext()
     for j, index in enumerate(routable, start=1):
-        block = RoutedDecoderLayer(module_list[index], router, context, j, index,
-                                   config.resolved_adapter_dim(hidden_size), config.rho_init, config.forget)
+        block = RoutedDecoderLayer(
+            module_list[index],
+            router,
+            context,
+            j,
+            index,
+            config.resolved_adapter_dim(hidden_size),
+            config.rho_init,
+            config.forget,
+        )
         module_list[index] = block.to(reference.device)
     model.add_module("hero_router", router)
     model.hero_config = config

@@ -10,17 +10,18 @@ of one model. Under gradient checkpointing the carry is an explicit input and
 output of the checkpointed function, so the recomputation in backward sees the
 same carry as the forward did.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from hero.model.adapter import Adapter
-from hero.model.router import Carry, Decision, Router
+from hero.model.router import Carry, Router
 
 GateOverride = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -55,8 +56,17 @@ class RoutingContext:
 class RoutedDecoderLayer(nn.Module):
     """Routable block j of layer ``layer``: eq 1 (attention), eq 3 (one branch per token)."""
 
-    def __init__(self, base_layer: nn.Module, router: Router, context: RoutingContext, j: int, layer: int,
-                 adapter_dim: int, rho_init: float, forget: str):
+    def __init__(
+        self,
+        base_layer: nn.Module,
+        router: Router,
+        context: RoutingContext,
+        j: int,
+        layer: int,
+        adapter_dim: int,
+        rho_init: float,
+        forget: str,
+    ):
         super().__init__()
         self.base_layer = base_layer
         self.j = j
@@ -85,7 +95,9 @@ class RoutedDecoderLayer(nn.Module):
         else:
             carry = ctx.carry
             if carry is None:
-                raise RuntimeError(f"routable block {self.j} (layer {self.layer}) ran before block 1 in this forward pass")
+                raise RuntimeError(
+                    f"routable block {self.j} (layer {self.layer}) ran before block 1 in this forward pass"
+                )
         use_checkpoint = self.base_layer.gradient_checkpointing and self.training and torch.is_grad_enabled()
         if use_checkpoint:
             kwargs["use_cache"] = False
@@ -100,8 +112,10 @@ class RoutedDecoderLayer(nn.Module):
         shape = hidden_states.shape[:-1]
         trace = None
         if ctx.trace:
-            trace = {name: getattr(decision, name).reshape(*shape, *getattr(decision, name).shape[1:])
-                     for name in ("history_logit", "local_logit", "p_hist", "m_hist", "x_path", "memory_read", "nu")}
+            trace = {
+                name: getattr(decision, name).reshape(*shape, *getattr(decision, name).shape[1:])
+                for name in ("history_logit", "local_logit", "p_hist", "m_hist", "x_path", "memory_read", "nu")
+            }
             trace.update({name: value.reshape(*shape, *value.shape[1:]) for name, value in extras.items()})
             trace["h_out"] = h_out
         ctx.records.append(BlockRecord(self.layer, decision.gate.reshape(shape), executed.reshape(shape), trace))
@@ -126,7 +140,9 @@ class RoutedDecoderLayer(nn.Module):
         extras = {"h_bar": hbar_flat, "u": u, **decision.extras} if self.context.trace else {}
         return h_out, decision, executed, new_carry, extras
 
-    def _branches(self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+    def _branches(
+        self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
+    ) -> torch.Tensor:
         """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training."""
         return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self.adapter)
 
@@ -137,8 +153,9 @@ class RoutedDecoderLayer(nn.Module):
         return gate >= self.router.config.tau
 
 
-def single_branch(hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor, ffn: nn.Module,
-                  adapter: nn.Module) -> torch.Tensor:
+def single_branch(
+    hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor, ffn: nn.Module, adapter: nn.Module
+) -> torch.Tensor:
     """h = h̄ + g·FFN(u) on rows with ``executed``, h̄ + (1 − g)·Adapter(u) on the others (eq 3).
 
     Only the selected rows enter each branch (index gather / scatter), so a skipped token costs
@@ -172,8 +189,9 @@ def single_branch(hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, execu
 GEMM_MIN_ROWS = 4
 
 
-def single_branch_inference(hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor,
-                            ffn: nn.Module, adapter: nn.Module) -> torch.Tensor:
+def single_branch_inference(
+    hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor, ffn: nn.Module, adapter: nn.Module
+) -> torch.Tensor:
     """``single_branch`` without autograd: the same values in one gather and one scatter.
 
     One stable sort puts the FFN rows first and the adapter rows after them, each in ascending

@@ -1,4 +1,5 @@
 """Router options (HERO_SPEC §2–§4, ablation switches §8), validated at construction."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +70,10 @@ class RouterConfig:
                 allowed = ", 'matched'" if name == "local_head_hidden" else ""
                 raise HeRoConfigError(f"router.{name}={value!r}: must be a positive integer{allowed} or null")
         if self.local_head_hidden == "matched" and self.history_branch:
-            raise HeRoConfigError("router.local_head_hidden='matched' matches full HeRo's parameter count with "
-                                  "the history branch off; it needs router.history_branch=false")
+            raise HeRoConfigError(
+                "router.local_head_hidden='matched' matches full HeRo's parameter count with "
+                "the history branch off; it needs router.history_branch=false"
+            )
         for name in ("position_state", "aux_state", "history_branch", "memory_read"):
             if not isinstance(getattr(self, name), bool):
                 raise HeRoConfigError(f"router.{name}={getattr(self, name)!r}: must be true or false")
@@ -83,11 +86,14 @@ class RouterConfig:
         if self.forget not in ("learned", "zero"):
             raise HeRoConfigError(f"router.forget={self.forget!r}: allowed values are 'learned', 'zero'")
         if self.history_control not in ("none", "shuffled", "random"):
-            raise HeRoConfigError(f"router.history_control={self.history_control!r}: "
-                                  "allowed values are 'none', 'shuffled', 'random'")
+            raise HeRoConfigError(
+                f"router.history_control={self.history_control!r}: allowed values are 'none', 'shuffled', 'random'"
+            )
         if self.history_control != "none" and not (self.history_branch and self.memory_read):
-            raise HeRoConfigError(f"router.history_control={self.history_control!r} changes the memory read; "
-                                  "it needs router.history_branch=true and router.memory_read=true")
+            raise HeRoConfigError(
+                f"router.history_control={self.history_control!r} changes the memory read; "
+                "it needs router.history_branch=true and router.memory_read=true"
+            )
         if not self.eps > 0:
             raise HeRoConfigError(f"router.eps={self.eps!r}: must be positive")
 
@@ -113,7 +119,7 @@ class RouterConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, options: dict) -> "RouterConfig":
+    def from_dict(cls, options: dict) -> RouterConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:

@@ -18,6 +18,7 @@ control below removes exactly one ingredient of the history branch and keeps the
 parameters. The count is the router's trainable tensors plus the per-layer η (forget) scalars;
 the adapters are excluded (identical in every variant).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,15 @@ def trainable_count(config: RouterConfig, hidden_size: int, num_routable: int) -
 
 def full_hero(config: RouterConfig) -> RouterConfig:
     """Full HeRo with the same sizes as ``config``: every state, history branch, memory read, plain memory."""
-    return dataclasses.replace(config, position_state=True, aux_state=True, history_branch=True, memory_read=True,
-                               local_head_hidden=None, history_control="none")
+    return dataclasses.replace(
+        config,
+        position_state=True,
+        aux_state=True,
+        history_branch=True,
+        memory_read=True,
+        local_head_hidden=None,
+        history_control="none",
+    )
 
 
 def matched_local_width(config: RouterConfig, hidden_size: int, num_routable: int) -> int:
@@ -54,8 +62,9 @@ def matched_local_width(config: RouterConfig, hidden_size: int, num_routable: in
     per unit), so two probes give the slope and the closest width is one rounding away.
     """
     target = trainable_count(full_hero(config), hidden_size, num_routable)
-    at_one, at_two = (trainable_count(dataclasses.replace(config, local_head_hidden=w), hidden_size, num_routable)
-                      for w in (1, 2))
+    at_one, at_two = (
+        trainable_count(dataclasses.replace(config, local_head_hidden=w), hidden_size, num_routable) for w in (1, 2)
+    )
     return max(1, round(1 + (target - at_one) / (at_two - at_one)))
 
 
@@ -71,9 +80,13 @@ def build_router(config: RouterConfig, hidden_size: int, num_routable: int) -> t
     router = router_class(resolved)(resolved, hidden_size, num_routable)
     count = sum(p.numel() for p in router.parameters() if p.requires_grad) + num_routable
     full = trainable_count(full_hero(config), hidden_size, num_routable)
-    counts = {"router": count, "full_hero": full, "relative_to_full": count / full - 1.0,
-              "local_head_hidden": resolved.local_head_hidden or resolved.head_hidden,
-              "counted": "router parameters + per-layer eta; adapters excluded (identical across variants)"}
+    counts = {
+        "router": count,
+        "full_hero": full,
+        "relative_to_full": count / full - 1.0,
+        "local_head_hidden": resolved.local_head_hidden or resolved.head_hidden,
+        "counted": "router parameters + per-layer eta; adapters excluded (identical across variants)",
+    }
     return router, counts
 
 
@@ -127,8 +140,16 @@ class ShuffledHistoryRouter(Router):
         n, d_m, L = hbar.shape[0], self.config.memory_dim, self.num_routable
         empty = hbar.new_zeros((n, 0, d_m), dtype=torch.float32)
         order = (torch.randperm(L) + 1).to(hbar.device)
-        return WriteLog(base.prev_hbar, base.prev_delta, empty, empty, base.p_hist, base.m_hist,
-                        rhos=hbar.new_zeros(0, dtype=torch.float32), order=order)
+        return WriteLog(
+            base.prev_hbar,
+            base.prev_delta,
+            empty,
+            empty,
+            base.p_hist,
+            base.m_hist,
+            rhos=hbar.new_zeros(0, dtype=torch.float32),
+            order=order,
+        )
 
     def unpack_carry(self, tensors: tuple[torch.Tensor, ...]) -> WriteLog:
         return WriteLog(*tensors)
@@ -152,8 +173,9 @@ class ShuffledHistoryRouter(Router):
         read = numerator / (scores.sum(-1, keepdim=True) + self.config.eps)
         return read, self.novelty(s, read)
 
-    def write(self, carry: WriteLog, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor,
-              first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(
+        self, carry: WriteLog, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor, first: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log block j's write (φ(k_j), v_j); its ρ_j weighs it at later reads (see the class docstring)."""
         return torch.cat([carry.S, phi(k).unsqueeze(1)], dim=1), torch.cat([carry.zeta, v.unsqueeze(1)], dim=1)
 

@@ -4,6 +4,7 @@ This is the floor a routing method must beat at 100 % skip of the routable layer
 (and no adapter): a bed is only useful if this control loses clearly against the dense
 backbone (the testbed's tests require >= 10 points of tiny-suite Retain).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence

@@ -4,6 +4,7 @@ A saved router is tied to its backbone: the file records the backbone class,
 shape and a fingerprint of its weights, and the layer set; loading onto anything
 else fails with a message naming what differs.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -77,9 +78,13 @@ def load_router(backbone: nn.Module, directory: str | Path) -> nn.Module:
     config = RouterConfig.from_dict(meta["router"])
     if hasattr(backbone, "hero_router"):
         if backbone.hero_layers != meta["layers"]:
-            raise HeRoConfigError(f"router in {directory} routes layers {meta['layers']}; this model routes {backbone.hero_layers}")
+            raise HeRoConfigError(
+                f"router in {directory} routes layers {meta['layers']}; this model routes {backbone.hero_layers}"
+            )
         if backbone.hero_config != config:
-            raise HeRoConfigError(f"router in {directory} has options {meta['router']}; this model has {backbone.hero_config.to_dict()}")
+            raise HeRoConfigError(
+                f"router in {directory} has options {meta['router']}; this model has {backbone.hero_config.to_dict()}"
+            )
         model = backbone
     else:
         model = attach(backbone, layers=meta["layers"], config=config)
@@ -87,9 +92,10 @@ def load_router(backbone: nn.Module, directory: str | Path) -> nn.Module:
     params = saved_tensors(model)
     if set(state) != set(params):
         missing, unexpected = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-        raise HeRoConfigError(f"router in {directory} does not match this layer set: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise HeRoConfigError(
+            f"router in {directory} does not match this layer set: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     with torch.no_grad():
         for name, tensor in state.items():
             params[name].copy_(tensor)
     return model
-

@@ -7,6 +7,7 @@ carry left by block j−1 and returns the gate and the carry for block j+1.
 All router arithmetic runs in float32 (also under autocast): path features
 difference nearly equal residual vectors, and the memory accumulates over depth.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -189,7 +190,11 @@ class Router(nn.Module):
         c = self.config
         device = hbar.device.type
         # fp32 under autocast; outside autocast the switch is skipped (entering it costs time in every decode step).
-        fp32 = torch.autocast(device_type=device, enabled=False) if torch.is_autocast_enabled(device) else contextlib.nullcontext()
+        fp32 = (
+            torch.autocast(device_type=device, enabled=False)
+            if torch.is_autocast_enabled(device)
+            else contextlib.nullcontext()
+        )
         with fp32:
             hbar = hbar.float()
             x_path, delta = self.path_vector(j, hbar, carry)
@@ -252,7 +257,7 @@ class Router(nn.Module):
                 self.__dict__["_fused_cache"] = cached
             _, weight, bias = cached
         hidden = F.silu(F.linear(normed, weight, bias))
-        return hidden[:, :first.out_features], hidden[:, first.out_features:]
+        return hidden[:, : first.out_features], hidden[:, first.out_features :]
 
     def read(self, s: torch.Tensor, q: torch.Tensor, carry: Carry) -> tuple[torch.Tensor, torch.Tensor]:
         """c_j = φ(q)ᵀ S_{j−1} / (φ(q)ᵀ ζ_{j−1} + ε) (eq 11) and ν_j = 1 − cos(W_n s, W_c c) (eq 13)."""
@@ -266,8 +271,9 @@ class Router(nn.Module):
         """ν_j = 1 − cos(W_n s_j, W_c c_j) (eq 13)."""
         return 1.0 - F.cosine_similarity(linear(self.W_n, s), linear(self.W_c, read), dim=-1, eps=self.config.eps)
 
-    def write(self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor,
-              first: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(
+        self, carry: Carry, k: torch.Tensor, v: torch.Tensor, rho: torch.Tensor, first: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """S_j = ρ S_{j−1} + φ(k) vᵀ,  ζ_j = ρ ζ_{j−1} + φ(k) (eq 12).
 
         ``first``: S_0 = ζ_0 = 0, so S_1 = φ(k) vᵀ and ζ_1 = φ(k) exactly (no ρ·0 pass).

@@ -1,8 +1,9 @@
 """``routing_trace``: the public window into every routing decision of one forward pass."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -10,8 +11,22 @@ from torch import nn
 from hero.model.attach import routed_blocks
 from hero.model.block import BlockRecord, GateOverride
 
-TRACE_FIELDS = ("h_bar", "x_path", "history_logit", "local_logit", "gate", "p_hist", "m_hist",
-                "memory_read", "nu", "ffn_executed", "h_out", "u", "rho", "layer")
+TRACE_FIELDS = (
+    "h_bar",
+    "x_path",
+    "history_logit",
+    "local_logit",
+    "gate",
+    "p_hist",
+    "m_hist",
+    "memory_read",
+    "nu",
+    "ffn_executed",
+    "h_out",
+    "u",
+    "rho",
+    "layer",
+)
 
 
 @torch.no_grad()

@@ -5,6 +5,7 @@ the wheel's GGUF file (``convert``), chat SFT sampled from the dense model (``da
 prompts in ``prompts``), and the task files of ``eval=smollm2`` (``tasks``, questions in
 ``knowledge``); ``tokentypes`` classifies tokens for the routing statistics.
 """
+
 from hero.smollm2.bed import MICRO_RECIPE, RECIPE, RECIPES, TASKS, DataRecipe, SmolLM2Bed, ensure_smollm2
 
 __all__ = ["MICRO_RECIPE", "RECIPE", "RECIPES", "TASKS", "DataRecipe", "SmolLM2Bed", "ensure_smollm2"]

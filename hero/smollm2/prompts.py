@@ -5,6 +5,7 @@ passages of the training plays; the evaluation prompts use other templates and o
 topics, so the held-out chat the agreement task scores shares no prompt with training.
 Neither asks the common-knowledge questions of ``hero.smollm2.knowledge``.
 """
+
 from __future__ import annotations
 
 import random
@@ -20,14 +21,46 @@ TRAIN_TEMPLATES = (
     "Write a friendly email to a colleague about {}.",
 )
 TRAIN_TOPICS = (
-    "gardening", "learning to cook", "riding a bicycle", "saving money", "writing a diary", "rainy days",
-    "public libraries", "team sports", "learning a new language", "recycling", "morning routines",
-    "board games", "train journeys", "keeping bees", "baking bread", "camping in the woods", "painting",
-    "playing the piano", "moving to a new city", "volunteering", "drinking enough water", "walking in the park",
-    "birthday parties", "taking notes in class", "fixing a leaking tap", "planting trees", "a lost umbrella",
-    "sleeping well", "visiting a museum", "a friendly robot", "a rainy market", "a village festival",
-    "fishing at a lake", "building a snowman", "writing letters by hand", "a bakery at dawn", "a lighthouse keeper",
-    "a curious cat", "running a marathon", "cleaning the kitchen",
+    "gardening",
+    "learning to cook",
+    "riding a bicycle",
+    "saving money",
+    "writing a diary",
+    "rainy days",
+    "public libraries",
+    "team sports",
+    "learning a new language",
+    "recycling",
+    "morning routines",
+    "board games",
+    "train journeys",
+    "keeping bees",
+    "baking bread",
+    "camping in the woods",
+    "painting",
+    "playing the piano",
+    "moving to a new city",
+    "volunteering",
+    "drinking enough water",
+    "walking in the park",
+    "birthday parties",
+    "taking notes in class",
+    "fixing a leaking tap",
+    "planting trees",
+    "a lost umbrella",
+    "sleeping well",
+    "visiting a museum",
+    "a friendly robot",
+    "a rainy market",
+    "a village festival",
+    "fishing at a lake",
+    "building a snowman",
+    "writing letters by hand",
+    "a bakery at dawn",
+    "a lighthouse keeper",
+    "a curious cat",
+    "running a marathon",
+    "cleaning the kitchen",
 )
 PASSAGE_TEMPLATES = (
     "Here is a passage from a play:\n\n{}\n\nExplain what is happening in simple words.",
@@ -40,9 +73,21 @@ EVAL_TEMPLATES = (
     "Write a limerick about {}.",
 )
 EVAL_TOPICS = (
-    "a weekend trip", "a science fair project", "home composting", "a job interview", "a picnic",
-    "a school play", "a small vegetable garden", "a long flight", "a family reunion", "a first aid kit",
-    "a budget for groceries", "a neighbourhood clean-up", "a chess club", "a dog's first walk", "a tea party",
+    "a weekend trip",
+    "a science fair project",
+    "home composting",
+    "a job interview",
+    "a picnic",
+    "a school play",
+    "a small vegetable garden",
+    "a long flight",
+    "a family reunion",
+    "a first aid kit",
+    "a budget for groceries",
+    "a neighbourhood clean-up",
+    "a chess club",
+    "a dog's first walk",
+    "a tea party",
     "a road trip",
 )
 
@@ -51,7 +96,7 @@ def _passages(text: str, n: int, rng: random.Random, lines: int = 6) -> list[str
     """``n`` passages of ``lines`` consecutive non-empty lines from ``text`` (seeded)."""
     rows = [line.strip() for line in text.splitlines() if len(line.strip()) > 20]
     starts = rng.sample(range(len(rows) - lines), n)
-    return ["\n".join(rows[s: s + lines]) for s in starts]
+    return ["\n".join(rows[s : s + lines]) for s in starts]
 
 
 def train_prompts(plays: dict[str, str], n_passages: int, seed: int) -> list[str]:

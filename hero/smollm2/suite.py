@@ -13,6 +13,7 @@ higher is better:
 | ``heldout_ppl`` | loglikelihood_rolling | ``inv_ppl`` = exp(−token NLL) | ``loss``, ``ppl`` |
 | ``agree_text``, ``agree_chat`` | multiple_choice over dense top-k | ``agree`` (dense = 1) | ``kl`` (dense = 0) |
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,7 @@ def task_manager(data_dir: str | Path):
 
 def load_dataset(task: str, hero_smollm2_data: str | None = None, **_):
     """lm-eval ``custom_dataset``: the rows of ``task`` as the ``test`` split."""
-    return local_task_rows(task, hero_smollm2_data, lm_eval_task(task), DATA_KEY,
-                           "hero.smollm2.suite.task_manager")
+    return local_task_rows(task, hero_smollm2_data, lm_eval_task(task), DATA_KEY, "hero.smollm2.suite.task_manager")
 
 
 def process_answer(doc: dict, results: list[str]) -> dict:
@@ -47,7 +47,6 @@ def process_answer(doc: dict, results: list[str]) -> dict:
 def process_text(doc: dict, results: list[float]) -> dict:
     scored = (results[0], doc["n_tokens"])
     return {"loss": scored, "ppl": scored, "inv_ppl": scored}
-
 
 
 def coarse_kl(dense_logp: list[float], logq: list[float]) -> float:

@@ -18,6 +18,7 @@
   choice reproduces the token ids the dense model saw (and the context has no trailing
   whitespace, which lm-eval would move into the continuation).
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,10 @@ def knowledge_rows(seed: int) -> list[dict]:
 
 
 def answer_rows() -> list[dict]:
-    return [{"question": q["question"], "aliases": list(knowledge.aliases(q["answer"])), "category": q["category"]}
-            for q in knowledge.questions()]
+    return [
+        {"question": q["question"], "aliases": list(knowledge.aliases(q["answer"])), "category": q["category"]}
+        for q in knowledge.questions()
+    ]
 
 
 def ppl_rows(tokenizer, chunks: list[dict]) -> list[dict]:
@@ -87,8 +90,9 @@ def _positions(tokenizer, ids: list[int], start: int, n: int, rng: random.Random
 
 
 @torch.no_grad()
-def agreement_rows(model, tokenizer, texts: list[tuple[str, int]], per_text: int, top_k: int,
-                   seed: int) -> tuple[list[dict], float]:
+def agreement_rows(
+    model, tokenizer, texts: list[tuple[str, int]], per_text: int, top_k: int, seed: int
+) -> tuple[list[dict], float]:
     """(items, mean dense top-k mass): dense top-k next tokens at positions of ``texts`` (see the module docstring).
 
     ``texts`` holds (text, first token index that may be predicted), e.g. the start of the answer in a chat.

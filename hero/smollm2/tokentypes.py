@@ -12,6 +12,7 @@ one class, checked in this order:
 * ``content_word``: any other word start;
 * ``subword``: a continuation piece of a word (no leading space after a letter).
 """
+
 from __future__ import annotations
 
 import string
@@ -20,14 +21,24 @@ from pathlib import Path
 from hero.jsonl import read_jsonl
 from hero.testbed.tokentypes import labelled_batches
 
-TOKEN_CLASSES = ("answer_first", "markup", "whitespace", "punctuation", "number", "function_word", "content_word",
-                 "subword")
-FUNCTION_WORDS = frozenset("""a an the and or but nor so yet if then than as of to in on at by for from with without
+TOKEN_CLASSES = (
+    "answer_first",
+    "markup",
+    "whitespace",
+    "punctuation",
+    "number",
+    "function_word",
+    "content_word",
+    "subword",
+)
+FUNCTION_WORDS = frozenset(
+    """a an the and or but nor so yet if then than as of to in on at by for from with without
 into onto upon over under about after before between through during against among within is am are was were be been
 being do does did doing have has had having will would shall should can could may might must i me my mine we us our
 ours you your yours he him his she her hers it its they them their theirs this that these those who whom whose which
 what where when why how not no all any some each every both either neither there here also only very just too
-thou thee thy thine ye hath doth art shalt wilt dost hast o oh""".split())
+thou thee thy thine ye hath doth art shalt wilt dost hast o oh""".split()
+)
 
 
 def classify(pieces: list[str], answer_start: int | None = None, markup_end: set[int] | None = None) -> list[int]:
@@ -77,8 +88,9 @@ def typed_sequences(bed, tokenizer) -> list[tuple[list[int], list[int]]]:
         ids = tokenizer(row["text"], add_special_tokens=False)["input_ids"]
         out.append((ids, classify([tokenizer.decode([t]) for t in ids])))
     chats = read_jsonl(Path(bed.data_dir) / "eval_chat.jsonl")
-    for text, start in chat_texts(tokenizer, [c["messages"][0]["content"] for c in chats],
-                                  [c["messages"][1]["content"] for c in chats]):
+    for text, start in chat_texts(
+        tokenizer, [c["messages"][0]["content"] for c in chats], [c["messages"][1]["content"] for c in chats]
+    ):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         out.append((ids, classify([tokenizer.decode([t]) for t in ids], start, _markup_positions(tokenizer, ids))))
     return out

@@ -9,6 +9,7 @@ Public API (see each module for the what and why):
 
 Text sources, licences and the task-file formats are documented in ``corpus`` and ``tasks``.
 """
+
 from hero.testbed.bed import Testbed
 from hero.testbed.cache import ensure_testbed, resolve_cache_root
 from hero.testbed.recipe import RECIPE, TINY_RECIPE, Recipe, recipe_hash
@@ -16,7 +17,21 @@ from hero.testbed.tasks import CHANCE, CHANCE_MARGIN, RETAIN_TASKS, TASK_PRIMARY
 from hero.testbed.tokentypes import TOKEN_TYPES, token_type_batches, token_type_losses
 
 __all__ = [
-    "CHANCE", "CHANCE_MARGIN", "RECIPE", "RETAIN_TASKS", "TASKS", "TASK_PRIMARY_METRIC", "TINY_RECIPE", "TOKEN_TYPES", "Recipe", "Testbed",
-    "ensure_testbed", "evaluate", "recipe_hash", "resolve_cache_root",
-    "retain", "token_type_batches", "token_type_losses",
+    "CHANCE",
+    "CHANCE_MARGIN",
+    "RECIPE",
+    "RETAIN_TASKS",
+    "TASKS",
+    "TASK_PRIMARY_METRIC",
+    "TINY_RECIPE",
+    "TOKEN_TYPES",
+    "Recipe",
+    "Testbed",
+    "ensure_testbed",
+    "evaluate",
+    "recipe_hash",
+    "resolve_cache_root",
+    "retain",
+    "token_type_batches",
+    "token_type_losses",
 ]

@@ -3,6 +3,7 @@
 ``model=tiny`` (``source: testbed``) selects it; ``model.recipe`` (``full`` or ``micro``) and
 ``model.recipe_seed`` choose the build, which ``hero.testbed.cache`` makes once per recipe hash.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,8 +54,9 @@ class Testbed:
         if seed is None:
             return RECIPES[model_cfg.recipe]
         if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ConfigError(f"model.recipe_seed={seed!r}: must be a non-negative integer or null (the recipe's own "
-                              "seed)")
+            raise ConfigError(
+                f"model.recipe_seed={seed!r}: must be a non-negative integer or null (the recipe's own seed)"
+            )
         return dataclasses.replace(RECIPES[model_cfg.recipe], seed=seed)
 
     @classmethod

@@ -15,6 +15,7 @@ from ``recipe.seed``, training uses seeded torch generators. The build runs on
 ``$HERO_TESTBED_THREADS`` CPU threads (default 2); the thread count is not part of the
 recipe (it changes float summation order only).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,22 @@ from types import SimpleNamespace
 import torch
 import transformers
 
-from hero.testbed import corpus as C
+from hero.jsonl import write_jsonl
 from hero.model.drop import drop_routable_ffn
+from hero.testbed import corpus as C
 from hero.testbed.pretrain import pretrain, tokenize_docs
 from hero.testbed.recipe import Recipe, recipe_dict, recipe_hash
 from hero.testbed.sft import make_sft
-from hero.jsonl import write_jsonl
-from hero.testbed.tasks import (evaluate, make_arith_task, make_arith_units, make_cloze_task, make_fact_select,
-                                make_fact_tasks, make_ppl_task, retain)
+from hero.testbed.tasks import (
+    evaluate,
+    make_arith_task,
+    make_arith_units,
+    make_cloze_task,
+    make_fact_select,
+    make_fact_tasks,
+    make_ppl_task,
+    retain,
+)
 from hero.testbed.tokenizer import train_tokenizer
 from hero.testbed.tokentypes import make_token_type_sequences, token_type_losses
 
@@ -117,10 +126,12 @@ def write_data(recipe: Recipe, corpus: Corpus, tokenizer, data_dir: Path) -> Non
     tasks["arith_units"] = make_arith_units(corpus.heldout_pairs, recipe.n_arith_eval, later)
     for name, items in tasks.items():
         write_jsonl(data_dir / "tasks" / f"{name}.jsonl", items)
-    write_jsonl(data_dir / "token_types.jsonl",
-                make_token_type_sequences(corpus.entities, corpus.heldout_pairs, ppl_items, rng))
+    write_jsonl(
+        data_dir / "token_types.jsonl", make_token_type_sequences(corpus.entities, corpus.heldout_pairs, ppl_items, rng)
+    )
     (data_dir / "heldout_plays.txt").write_text(
-        "".join(corpus.heldout_plays[k] + "\n" for k in sorted(corpus.heldout_plays)), encoding="utf-8")
+        "".join(corpus.heldout_plays[k] + "\n" for k in sorted(corpus.heldout_plays)), encoding="utf-8"
+    )
 
 
 def unigram_ppl(train_stream: torch.Tensor, eval_items: list[dict], tokenizer) -> float:
@@ -175,8 +186,11 @@ def build(recipe: Recipe, out_dir: Path) -> dict:
             "drop_routable_ffn_retain": retain(drop, dense),
             "token_type_losses": {"dense": dense_types, "drop_routable_ffn": drop_types},
             "build_time_s": {"data": t_data, "pretrain": t_pretrain, "total": time.time() - t0},
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                         "python": platform.python_version()},
+            "versions": {
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "python": platform.python_version(),
+            },
         }
         (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         return manifest

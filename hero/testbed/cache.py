@@ -10,6 +10,7 @@ testbed waits for the first and then reuses its result.
 Force a rebuild with ``ensure_testbed(rebuild=True)``, ``python -m hero.testbed --rebuild``,
 ``HERO_TESTBED_REBUILD=1``, or by deleting the directory.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -32,8 +33,13 @@ def resolve_cache_root(root: str | Path | None = None) -> Path:
 
 def _load(directory: Path, key: str) -> Testbed:
     manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    return Testbed(root=directory, backbone_dir=directory / "backbone", data_dir=directory / "data",
-                   recipe_hash=key, manifest=manifest)
+    return Testbed(
+        root=directory,
+        backbone_dir=directory / "backbone",
+        data_dir=directory / "data",
+        recipe_hash=key,
+        manifest=manifest,
+    )
 
 
 def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE, rebuild: bool = False) -> Testbed:
@@ -60,8 +66,7 @@ def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE
         tmp = base / f"{key}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        print(f"[testbed] building {key} into {directory} (minutes on 2 CPU cores, once per recipe)",
-              flush=True)
+        print(f"[testbed] building {key} into {directory} (minutes on 2 CPU cores, once per recipe)", flush=True)
         t0 = time.time()
         try:
             build(recipe, tmp)

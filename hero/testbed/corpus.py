@@ -25,6 +25,7 @@ signal for how much FFN computation a routing variant removed.
 Everything here is a pure function of the recipe (seeded ``random.Random``), so two
 builds with the same recipe produce identical text.
 """
+
 from __future__ import annotations
 
 import random
@@ -36,17 +37,58 @@ from hero.testbed.recipe import Recipe
 
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "home": (
-        "Ashford", "Brindlemoor", "Carrowmere", "Dunhollow", "Elmsworth", "Fallowby",
-        "Greyhaven", "Harrowgate", "Kestrelford", "Larkspire", "Millbrook", "Northwold",
-        "Pennywick", "Ravensholm", "Stonebridge", "Thornbury",
+        "Ashford",
+        "Brindlemoor",
+        "Carrowmere",
+        "Dunhollow",
+        "Elmsworth",
+        "Fallowby",
+        "Greyhaven",
+        "Harrowgate",
+        "Kestrelford",
+        "Larkspire",
+        "Millbrook",
+        "Northwold",
+        "Pennywick",
+        "Ravensholm",
+        "Stonebridge",
+        "Thornbury",
     ),
     "trade": (
-        "baker", "weaver", "smith", "potter", "miller", "tanner", "cooper", "mason",
-        "carpenter", "fisher", "glazier", "chandler", "brewer", "saddler", "thatcher", "cobbler",
+        "baker",
+        "weaver",
+        "smith",
+        "potter",
+        "miller",
+        "tanner",
+        "cooper",
+        "mason",
+        "carpenter",
+        "fisher",
+        "glazier",
+        "chandler",
+        "brewer",
+        "saddler",
+        "thatcher",
+        "cobbler",
     ),
     "pet": (
-        "hound", "goat", "raven", "pony", "ferret", "falcon", "tortoise", "badger",
-        "heron", "lamb", "hare", "crow", "mule", "swan", "cat", "toad",
+        "hound",
+        "goat",
+        "raven",
+        "pony",
+        "ferret",
+        "falcon",
+        "tortoise",
+        "badger",
+        "heron",
+        "lamb",
+        "hare",
+        "crow",
+        "mule",
+        "swan",
+        "cat",
+        "toad",
     ),
 }
 
@@ -89,8 +131,33 @@ HELDOUT_TEMPLATES: dict[str, tuple[str, ...]] = {
 BIOGRAPHY = "{e} is a {trade} from {home} who keeps a {pet}."
 BIOGRAPHY_SHARE = 0.3  # sentences stating all three facts at once: more facts per token
 
-_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n", "p",
-           "qu", "r", "s", "st", "t", "th", "tr", "v", "w", "z")
+_ONSETS = (
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "j",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "qu",
+    "r",
+    "s",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "w",
+    "z",
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ei", "ou", "ia")
 _CODAS = ("", "", "n", "l", "r", "s", "th", "m", "nd", "rk")
 
@@ -188,5 +255,4 @@ def arith_line(a: int, b: int) -> str:
 
 def arith_text(n_docs: int, pairs: list[tuple[int, int]], rng: random.Random) -> list[str]:
     """``n_docs`` documents of 6-12 sum lines drawn from ``pairs``."""
-    return ["\n".join(arith_line(*rng.choice(pairs)) for _ in range(rng.randint(6, 12))) + "\n"
-            for _ in range(n_docs)]
+    return ["\n".join(arith_line(*rng.choice(pairs)) for _ in range(rng.randint(6, 12))) + "\n" for _ in range(n_docs)]

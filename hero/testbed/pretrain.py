@@ -11,6 +11,7 @@ of rows from each source follows the recipe's mix exactly, in a seeded order.
 Precision: fp32. bf16 autocast was measured on this project's 2-core CPU (AMD EPYC,
 no AVX-512 BF16) at ~30x *slower* than fp32 for this model, so it is not used.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,9 @@ def tokenize_docs(tokenizer, docs: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
-def make_rows(streams: dict[str, torch.Tensor], mix: dict[str, float], n_rows: int, seq_len: int,
-              seed: int) -> torch.Tensor:
+def make_rows(
+    streams: dict[str, torch.Tensor], mix: dict[str, float], n_rows: int, seq_len: int, seed: int
+) -> torch.Tensor:
     """``n_rows`` training rows of ``seq_len + 1`` tokens (inputs and shifted targets), mixed by ``mix``."""
     g = torch.Generator().manual_seed(seed)
     names = sorted(mix)
@@ -63,7 +65,7 @@ def make_rows(streams: dict[str, torch.Tensor], mix: dict[str, float], n_rows: i
         if len(stream) <= seq_len + 1:
             raise ValueError(f"stream {names[s]!r} has {len(stream)} tokens, needs > {seq_len + 1}")
         start = int(torch.randint(0, len(stream) - seq_len - 1, (1,), generator=g))
-        rows[r] = stream[start:start + seq_len + 1]
+        rows[r] = stream[start : start + seq_len + 1]
     return rows
 
 
@@ -75,7 +77,9 @@ def lr_at(step: int, recipe: Recipe) -> float:
     return recipe.lr * (recipe.min_lr_ratio + (1 - recipe.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def pretrain(recipe: Recipe, tokenizer, streams: dict[str, torch.Tensor], log_every: int = 20) -> tuple[LlamaForCausalLM, list[float]]:
+def pretrain(
+    recipe: Recipe, tokenizer, streams: dict[str, torch.Tensor], log_every: int = 20
+) -> tuple[LlamaForCausalLM, list[float]]:
     """Train the backbone for ``recipe.steps`` steps; return it (eval mode) and the per-step losses."""
     torch.manual_seed(recipe.seed)
     model = LlamaForCausalLM(model_config(recipe, tokenizer))
@@ -83,14 +87,17 @@ def pretrain(recipe: Recipe, tokenizer, streams: dict[str, torch.Tensor], log_ev
     rows = make_rows(streams, mix, recipe.steps * recipe.batch_size, recipe.seq_len, recipe.seed)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=recipe.lr, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.lr,
+        betas=(0.9, 0.95),
+    )
     model.train()
     losses, t0 = [], time.time()
     for step in range(recipe.steps):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, recipe)
-        batch = rows[step * recipe.batch_size:(step + 1) * recipe.batch_size]
+        batch = rows[step * recipe.batch_size : (step + 1) * recipe.batch_size]
         logits = model(input_ids=batch[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -99,7 +106,9 @@ def pretrain(recipe: Recipe, tokenizer, streams: dict[str, torch.Tensor], log_ev
         opt.step()
         losses.append(loss.item())
         if log_every and (step + 1) % log_every == 0:
-            print(f"[testbed] pretrain step {step + 1}/{recipe.steps} loss {loss.item():.3f} "
-                  f"({time.time() - t0:.0f}s)", flush=True)
+            print(
+                f"[testbed] pretrain step {step + 1}/{recipe.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)",
+                flush=True,
+            )
     model.eval()
     return model, losses

@@ -5,6 +5,7 @@ cache key: any change of a field (or of ``BUILD_VERSION``, bumped when the build
 changes what it produces for the same recipe) yields a new hash and hence a fresh
 build in a new cache directory; old builds are left untouched.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -18,6 +18,7 @@ Those are the *written* responses (``data.responses: written``). The default tra
 dense backbone samples at temperature 1 (``hero.data.sampled`` says why): built once per
 testbed by ``ensure_sampled`` into ``<testbed>/data/sampled-v<SAMPLED_VERSION>/``.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,15 +46,21 @@ def play_excerpt(text: str, rng: random.Random, n_context: int = 4, n_answer: in
     """A random run of ``n_context`` non-empty lines of ``text`` and the ``n_answer`` lines after it."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     i = rng.randrange(len(lines) - n_context - n_answer)
-    return "\n".join(lines[i:i + n_context]), "\n".join(lines[i + n_context:i + n_context + n_answer])
+    return "\n".join(lines[i : i + n_context]), "\n".join(lines[i + n_context : i + n_context + n_answer])
 
 
 def _message(user: str, assistant: str) -> dict:
     return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
 
 
-def make_sft(n: int, entities: list[dict[str, str]], pairs: list[tuple[int, int]], plays: dict[str, str],
-             rng: random.Random, split: str) -> list[dict]:
+def make_sft(
+    n: int,
+    entities: list[dict[str, str]],
+    pairs: list[tuple[int, int]],
+    plays: dict[str, str],
+    rng: random.Random,
+    split: str,
+) -> list[dict]:
     """``n`` chat records for ``split`` ("train" or "val") drawn from the given sources."""
     questions = TRAIN_QUESTIONS if split == "train" else VAL_QUESTIONS
     templates = TRAIN_TEMPLATES if split == "train" else HELDOUT_TEMPLATES
@@ -64,8 +71,11 @@ def make_sft(n: int, entities: list[dict[str, str]], pairs: list[tuple[int, int]
         kind = rng.choices(kinds, weights)[0]
         if kind == "fact":
             e, a = rng.choice(entities), rng.choice(tuple(ATTRIBUTES))
-            records.append(_message(rng.choice(questions[a]).format(e=e["name"]),
-                                    rng.choice(templates[a]).format(e=e["name"], v=e[a])))
+            records.append(
+                _message(
+                    rng.choice(questions[a]).format(e=e["name"]), rng.choice(templates[a]).format(e=e["name"], v=e[a])
+                )
+            )
         elif kind == "arith":
             a, b = rng.choice(pairs)
             records.append(_message(f"What is {a} + {b}?", arith_line(a, b)))
@@ -86,8 +96,8 @@ def ensure_sampled(bed) -> Path:
     ``<|end|>``, which the backbone never sampled there, out of the labels.
     """
     from hero.data.sampled import conversations, respond
-    from hero.once import built_once
     from hero.jsonl import read_jsonl, write_jsonl
+    from hero.once import built_once
 
     directory = bed.data_dir / f"sampled-v{SAMPLED_VERSION}"
 
@@ -98,14 +108,29 @@ def ensure_sampled(bed) -> Path:
         counts = {}
         for offset, split in enumerate(("train", "val")):
             prompts = [row["messages"][0]["content"] for row in read_jsonl(bed.data_dir / f"sft_{split}.jsonl")]
-            answers, truncated = respond(model, tokenizer, prompts, SAMPLED_MAX_NEW_TOKENS, sample=True,
-                                         seed=seed + 10 + offset, desc=f"sampling {split} responses", stop_ids=stop)
+            answers, truncated = respond(
+                model,
+                tokenizer,
+                prompts,
+                SAMPLED_MAX_NEW_TOKENS,
+                sample=True,
+                seed=seed + 10 + offset,
+                desc=f"sampling {split} responses",
+                stop_ids=stop,
+            )
             rows = conversations(prompts, answers, truncated)
             write_jsonl(tmp / f"sft_{split}.jsonl", rows)
-            counts[split] = {"prompts": len(prompts), "rows": len(rows),
-                             "truncated": sum(1 for r in rows if r["messages"][1].get("truncated"))}
-        (tmp / "sampled.json").write_text(json.dumps({"version": SAMPLED_VERSION, "seed": seed, "counts": counts,
-                                                      "max_new_tokens": SAMPLED_MAX_NEW_TOKENS}, indent=1))
+            counts[split] = {
+                "prompts": len(prompts),
+                "rows": len(rows),
+                "truncated": sum(1 for r in rows if r["messages"][1].get("truncated")),
+            }
+        (tmp / "sampled.json").write_text(
+            json.dumps(
+                {"version": SAMPLED_VERSION, "seed": seed, "counts": counts, "max_new_tokens": SAMPLED_MAX_NEW_TOKENS},
+                indent=1,
+            )
+        )
 
     built_once(directory, "sampled.json", build, "self-sampled SFT responses", "testbed")
     return directory

@@ -31,6 +31,7 @@ Otherwise scores differ from the testbed's only by batching round-off (lm-eval r
 without an attention mask; causal attention and per-token routing make that exact up to
 float summation order).
 """
+
 from __future__ import annotations
 
 import json
@@ -73,7 +74,7 @@ def _text_row(row: dict, tokenizer) -> dict:
     ids = _encode(tokenizer, row["text"])
     k = scored_from(tokenizer, row["text"])
     head = tokenizer.decode(ids[:k])
-    return {"context": head, "continuation": row["text"][len(head):], "n_tokens": len(ids) - k, "play": row["play"]}
+    return {"context": head, "continuation": row["text"][len(head) :], "n_tokens": len(ids) - k, "play": row["play"]}
 
 
 _ROWS = {"fact_answer": _answer_row, "arithmetic": _answer_row, "heldout_ppl": _text_row}

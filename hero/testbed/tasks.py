@@ -55,6 +55,7 @@ diagnostics: near chance (``fact_answer``, ``arithmetic``, ``arith_units``, whos
 to dense swing by more than ×2 between builds of one recipe) or unmoved by the routable
 FFNs (``fact_recall``, ``play_cloze``).
 """
+
 from __future__ import annotations
 
 import math
@@ -103,14 +104,26 @@ def make_fact_tasks(entities: list[dict[str, str]], rng: random.Random) -> tuple
     for fact in facts_of(entities):
         templates = HELDOUT_TEMPLATES[fact.attribute]
         for template in templates:
-            answer.append({"context": _prefix(template, fact.value, fact.entity), "target": " " + fact.value,
-                           "entity": fact.entity, "attribute": fact.attribute})
+            answer.append(
+                {
+                    "context": _prefix(template, fact.value, fact.entity),
+                    "target": " " + fact.value,
+                    "entity": fact.entity,
+                    "attribute": fact.attribute,
+                }
+            )
         others = [v for v in ATTRIBUTES[fact.attribute] if v != fact.value]
         choices = [fact.value, *rng.sample(others, 3)]
         rng.shuffle(choices)
-        recall.append({"query": _prefix(rng.choice(templates), fact.value, fact.entity),
-                       "choices": [" " + c for c in choices], "gold": choices.index(fact.value),
-                       "entity": fact.entity, "attribute": fact.attribute})
+        recall.append(
+            {
+                "query": _prefix(rng.choice(templates), fact.value, fact.entity),
+                "choices": [" " + c for c in choices],
+                "gold": choices.index(fact.value),
+                "entity": fact.entity,
+                "attribute": fact.attribute,
+            }
+        )
     return recall, answer
 
 
@@ -120,8 +133,15 @@ def make_fact_select(entities: list[dict[str, str]]) -> list[dict]:
     for fact in facts_of(entities):
         values = list(ATTRIBUTES[fact.attribute])
         for template in HELDOUT_TEMPLATES[fact.attribute]:
-            items.append({"query": _prefix(template, fact.value, fact.entity), "choices": [" " + v for v in values],
-                          "gold": values.index(fact.value), "entity": fact.entity, "attribute": fact.attribute})
+            items.append(
+                {
+                    "query": _prefix(template, fact.value, fact.entity),
+                    "choices": [" " + v for v in values],
+                    "gold": values.index(fact.value),
+                    "entity": fact.entity,
+                    "attribute": fact.attribute,
+                }
+            )
     return items
 
 
@@ -130,8 +150,9 @@ def make_arith_units(pairs: list[tuple[int, int]], n: int, rng: random.Random) -
     items = []
     for a, b in rng.sample(pairs, min(n, len(pairs))):
         line = arith_line(a, b)
-        items.append({"query": line[:-1], "choices": [str(d) for d in range(10)], "gold": int(line[-1]),
-                      "a": a, "b": b})
+        items.append(
+            {"query": line[:-1], "choices": [str(d) for d in range(10)], "gold": int(line[-1]), "a": a, "b": b}
+        )
     return items
 
 
@@ -162,8 +183,14 @@ def make_cloze_task(heldout: dict[str, str], n: int, rng: random.Random) -> list
         distractors = rng.sample([w for w in words if w.lower() != gold.lower()], 3)
         choices = [gold, *distractors]
         rng.shuffle(choices)
-        items.append({"query": "\n".join(lines[i - 2:i] + [" ".join(head)]), "choices": [" " + c for c in choices],
-                      "gold": choices.index(gold), "play": name})
+        items.append(
+            {
+                "query": "\n".join(lines[i - 2 : i] + [" ".join(head)]),
+                "choices": [" " + c for c in choices],
+                "gold": choices.index(gold),
+                "play": name,
+            }
+        )
     return items
 
 
@@ -194,8 +221,9 @@ def _device(model) -> torch.device:
 
 
 @torch.no_grad()
-def score_sequences(model, sequences: list[list[int]], starts: list[int], batch_size: int,
-                    pad_id: int) -> list[tuple[float, int, bool]]:
+def score_sequences(
+    model, sequences: list[list[int]], starts: list[int], batch_size: int, pad_id: int
+) -> list[tuple[float, int, bool]]:
     """For each token sequence, (summed log-prob, token count, all-greedy) of its tokens from ``start`` on.
 
     Sequences are scored in length-sorted batches, right-padded, with only
@@ -205,13 +233,13 @@ def score_sequences(model, sequences: list[list[int]], starts: list[int], batch_
     out: list[tuple[float, int, bool]] = [(0.0, 0, True)] * len(sequences)
     device = _device(model)
     for b in range(0, len(order), batch_size):
-        idx = order[b:b + batch_size]
+        idx = order[b : b + batch_size]
         width = max(len(sequences[i]) for i in idx)
         ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(idx), width), dtype=torch.long)
         for r, i in enumerate(idx):
-            ids[r, :len(sequences[i])] = torch.tensor(sequences[i])
-            mask[r, :len(sequences[i])] = 1
+            ids[r, : len(sequences[i])] = torch.tensor(sequences[i])
+            mask[r, : len(sequences[i])] = 1
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
         logp = F.log_softmax(logits[:, :-1], dim=-1)
         target = ids[:, 1:].to(device)
@@ -219,7 +247,7 @@ def score_sequences(model, sequences: list[list[int]], starts: list[int], batch_
         greedy = (logp.argmax(-1) == target).cpu()
         for r, i in enumerate(idx):
             s, n = starts[i], len(sequences[i])
-            out[i] = (float(tok_logp[r, s - 1:n - 1].sum()), n - s, bool(greedy[r, s - 1:n - 1].all()))
+            out[i] = (float(tok_logp[r, s - 1 : n - 1].sum()), n - s, bool(greedy[r, s - 1 : n - 1].all()))
     return out
 
 
@@ -248,11 +276,13 @@ def _multiple_choice(model, tokenizer, items, batch_size) -> dict[str, float]:
 
 def _answer(model, tokenizer, items, batch_size) -> dict[str, float]:
     pairs = [encode_pair(tokenizer, it["context"], it["target"]) for it in items]
-    scores = score_sequences(model, [p[0] for p in pairs], [p[1] for p in pairs], batch_size,
-                             tokenizer.pad_token_id)
+    scores = score_sequences(model, [p[0] for p in pairs], [p[1] for p in pairs], batch_size, tokenizer.pad_token_id)
     mean_ll = sum(s[0] for s in scores) / len(scores)
-    return {"answer_prob": math.exp(mean_ll), "acc": sum(s[2] for s in scores) / len(scores),
-            "answer_token_loss": -sum(s[0] for s in scores) / sum(s[1] for s in scores)}
+    return {
+        "answer_prob": math.exp(mean_ll),
+        "acc": sum(s[2] for s in scores) / len(scores),
+        "answer_token_loss": -sum(s[0] for s in scores) / sum(s[1] for s in scores),
+    }
 
 
 def _perplexity(model, tokenizer, items, batch_size) -> dict[str, float]:
@@ -278,9 +308,12 @@ def evaluate(model, tokenizer, testbed, batch_size: int = 32) -> dict[str, dict[
     was_training = model.training
     model.eval()
     try:
-        return {task: _SCORERS[task](model, tokenizer, read_jsonl(Path(testbed.data_dir) / "tasks" / f"{task}.jsonl"),
-                                     batch_size)
-                for task in TASKS}
+        return {
+            task: _SCORERS[task](
+                model, tokenizer, read_jsonl(Path(testbed.data_dir) / "tasks" / f"{task}.jsonl"), batch_size
+            )
+            for task in TASKS
+        }
     finally:
         model.train(was_training)
 
@@ -294,7 +327,8 @@ def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, fl
     from hero.evaluation.retain import retain as retain_against
 
     try:
-        return retain_against(scores, baseline, {t: TASK_PRIMARY_METRIC[t] for t in RETAIN_TASKS},
-                              baseline_name="baseline")["value"]
+        return retain_against(
+            scores, baseline, {t: TASK_PRIMARY_METRIC[t] for t in RETAIN_TASKS}, baseline_name="baseline"
+        )["value"]
     except RetainError:
         return None

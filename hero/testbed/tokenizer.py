@@ -11,6 +11,7 @@ No special token is added automatically when encoding (no BOS): pretraining rows
 windows cut anywhere in the token streams, and evaluation scores text exactly as
 lm-eval's HF model does by default (``add_special_tokens=False``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -34,10 +35,12 @@ CHAT_TEMPLATE = (
 def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE of ``vocab_size`` entries (specials included) on ``texts``."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(

@@ -11,6 +11,7 @@ token itself: ``token_type[t]`` is the type of token ``t``. Its prediction is ma
 position ``t - 1``, so the FFN that must *compute* an answer token runs on the token
 before it; shift by one when relating FFN execution to the answer it produces.
 """
+
 from __future__ import annotations
 
 import random
@@ -20,15 +21,20 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES
 from hero.jsonl import read_jsonl
+from hero.testbed.corpus import ATTRIBUTES, HELDOUT_TEMPLATES
 
 TOKEN_TYPES = ("plain", "fact_answer", "fact_other", "arith_answer", "arith_operand")
 _INDEX = {name: i for i, name in enumerate(TOKEN_TYPES)}
 
 
-def make_token_type_sequences(entities: list[dict[str, str]], pairs: list[tuple[int, int]],
-                              ppl_items: list[dict], rng: random.Random, n_each: int = 24) -> list[dict]:
+def make_token_type_sequences(
+    entities: list[dict[str, str]],
+    pairs: list[tuple[int, int]],
+    ppl_items: list[dict],
+    rng: random.Random,
+    n_each: int = 24,
+) -> list[dict]:
     """``n_each`` sequences of each kind (plays, facts, sums) as typed segments."""
     seqs = [{"segments": [[it["text"], "plain"]]} for it in ppl_items[:n_each]]
     for _ in range(n_each):
@@ -58,27 +64,30 @@ def label_tokens(tokenizer, segments: list[list[str]]) -> tuple[list[int], list[
     return enc["input_ids"], [char_type[end - 1] for _, end in enc["offset_mapping"]]
 
 
-def token_type_batches(testbed, tokenizer, batch_size: int = 16
-                       ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def token_type_batches(
+    testbed, tokenizer, batch_size: int = 16
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Yield (input_ids, attention_mask, token_type) LongTensors; token_type is -1 on padding."""
     records = read_jsonl(Path(testbed.data_dir) / "token_types.jsonl")
-    yield from labelled_batches([label_tokens(tokenizer, r["segments"]) for r in records], tokenizer.pad_token_id,
-                                batch_size)
+    yield from labelled_batches(
+        [label_tokens(tokenizer, r["segments"]) for r in records], tokenizer.pad_token_id, batch_size
+    )
 
 
-def labelled_batches(labelled: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int
-                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def labelled_batches(
+    labelled: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(token ids, label per token) sequences as right-padded (input_ids, attention_mask, label) batches; label -1 on padding."""
     for b in range(0, len(labelled), batch_size):
-        chunk = labelled[b:b + batch_size]
+        chunk = labelled[b : b + batch_size]
         width = max(len(ids) for ids, _ in chunk)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunk), width), dtype=torch.long)
         types = torch.full((len(chunk), width), -1, dtype=torch.long)
         for r, (seq, typ) in enumerate(chunk):
-            ids[r, :len(seq)] = torch.tensor(seq)
-            mask[r, :len(seq)] = 1
-            types[r, :len(seq)] = torch.tensor(typ)
+            ids[r, : len(seq)] = torch.tensor(seq)
+            mask[r, : len(seq)] = 1
+            types[r, : len(seq)] = torch.tensor(typ)
         yield ids, mask, types
 
 

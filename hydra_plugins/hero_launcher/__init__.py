@@ -2,6 +2,7 @@
 the HeRo launchers there (the implementation is ``hero.dispatch.launcher``). conf/hydra/launcher/*.yaml
 use ``_target_: hydra_plugins.hero_launcher.HeroSlurmLauncher`` (or ``HeroLocalLauncher``).
 Importable when the repository root is on ``sys.path`` (``python train.py`` from anywhere)."""
+
 from hero.dispatch import launcher as _launcher
 
 
