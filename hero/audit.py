@@ -67,7 +67,7 @@ JOBS = {
     "lora": ["method=lora", "seed=42"],
     "hero_alpha0": ["alpha=0", "seed=42"],
 }
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def jobs(hero_seeds, only: list[str] | None = None) -> dict[str, list[str]]:
@@ -288,7 +288,14 @@ def main(argv=None) -> int:
                 *args.overrides,
             ]
             if not args.report_only:
-                subprocess.run(cmd, env=env, check=True)
+                code = subprocess.run(cmd, env=env).returncode
+                if code != 0:
+                    print(
+                        f"audit: build {build_name(isa, seed)} failed (exit {code}, its output above); the records "
+                        f"already under {outputs} stay, and a rerun continues from them",
+                        file=sys.stderr,
+                    )
+                    return 2
             builds[build_name(isa, seed)] = summarize_build(outputs / build_name(isa, seed), hero_seeds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "audit.json").write_text(json.dumps(builds, indent=1, sort_keys=True) + "\n")

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from hero.dispatch.manifests import COLLECTED_FILENAME, NoManifest, collect, collect_into, print_summary, status
+from hero.dispatch.plan import JobState
 from hero.dispatch.studies import (
     load_study,
     override_key,
@@ -57,9 +58,9 @@ def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
         for c in conflicts:
             print(f"ERROR: {c}", file=sys.stderr)
     states = summary["counts"]
-    if any(states.get(s) for s in ("PENDING", "RUNNING", "UNKNOWN")):
+    if any(states.get(s) for s in (JobState.PENDING, JobState.RUNNING, JobState.UNKNOWN)):
         return 3  # not final yet
-    return 1 if states.get("FAILED") or conflicts else 0
+    return 1 if states.get(JobState.FAILED) or conflicts else 0
 
 
 def _cli_sweep(args: argparse.Namespace, prog: str) -> int:

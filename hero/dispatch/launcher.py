@@ -44,7 +44,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmitit
 
 from hero.dispatch.job import HydraJob, JobFailed
 from hero.dispatch.manifests import collect_into, error_line, print_summary, record_entry, summarise, write_manifest
-from hero.dispatch.plan import plan_job, record_of, settle
+from hero.dispatch.plan import JobPlan, JobState, plan_job, record_of, settle
 from hero.dispatch.slots import SlotPool
 from hero.results import is_completed, read_record_or_none
 
@@ -121,8 +121,8 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         ]
         settle(plans, bool(self.hero["skip_existing"]), Path(self.hero["records_root"] or sweep_dir), stamp)
 
-        todo = [p for p in plans if p["state"] == "TO_SUBMIT"]
-        skipped = [p for p in plans if p["state"] == "SKIPPED"]
+        todo = [p for p in plans if p["state"] == JobState.TO_SUBMIT]
+        skipped = [p for p in plans if p["state"] == JobState.SKIPPED]
         log.info(
             "hero launcher (%s): sweep dir %s — %d jobs, %d to submit, %d skipped (record exists)",
             self._EXECUTOR,
@@ -135,7 +135,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             log.info(
                 "\t#%d %-9s %s",
                 p["num"],
-                "skip" if p["state"] == "SKIPPED" else "submit",
+                "skip" if p["state"] == JobState.SKIPPED else "submit",
                 " ".join(filter_overrides(p["overrides"])),
             )
 
@@ -145,7 +145,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         jobs: list[Any] = []
         if todo:
             for p in todo:
-                p["state"] = "PENDING"
+                p["state"] = JobState.PENDING
             write()  # `status` sees every planned job while a local launch waits for run slots
             executor = self._executor()
             job = HydraJob(self.hydra_context, self.task_function, self.config)
@@ -180,10 +180,10 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         for p, j in zip(todo, jobs):
             try:
                 out = j.results()[0]
-                p["state"] = "COMPLETED"
+                p["state"] = JobState.COMPLETED
                 results[p["num"]] = out
             except Exception as e:  # noqa: BLE001 - FailedJobError, UncompletedJobError, ...
-                p["state"] = "FAILED"
+                p["state"] = JobState.FAILED
                 p["error"] = error_line(str(e))
                 results[p["num"]] = e
             try:
@@ -193,20 +193,20 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             rec_path = record_of(p)
             if rec_path.exists():
                 p["record"] = str(rec_path)
-        self._collect([p for p in plans if p["state"] in ("COMPLETED", "SKIPPED")])
+        self._collect([p for p in plans if p["state"] in (JobState.COMPLETED, JobState.SKIPPED)])
         summary = summarise(plans, sweep_dir, manifest_path)
         print_summary(summary, to_log=True)
 
         returns = []
         for p in plans:
-            if p["state"] == "COMPLETED":
+            if p["state"] == JobState.COMPLETED:
                 r = results[p["num"]]
                 if isinstance(r, JobReturn):
                     r.status = JobStatus.COMPLETED
                     returns.append(r)
                 else:
                     returns.append(_job_return(p, JobStatus.COMPLETED, r))
-            elif p["state"] == "SKIPPED":
+            elif p["state"] == JobState.SKIPPED:
                 rec = read_record_or_none(p["record"]) or {}
                 returns.append(_job_return(p, JobStatus.COMPLETED, _dotted(rec, p.get("objective_key"))))
             else:
@@ -220,7 +220,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         return returns
 
     def _submit(
-        self, executor: Any, job: Any, args: list[tuple], plans: list[dict], started: Callable[[int, Any], Any]
+        self, executor: Any, job: Any, args: list[tuple], plans: list[JobPlan], started: Callable[[int, Any], Any]
     ) -> list[Any]:
         """Submit every job: one array, or, on the local executor with ``array_parallelism`` set, one
         job at a time as run slots free, calling ``started(k, job)`` as the k-th starts (this returns
@@ -253,7 +253,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             self._held.remove(held)
         self._collect([plan for _, _, plan in ended])
 
-    def _collect(self, plans: list[dict]) -> None:
+    def _collect(self, plans: list[JobPlan]) -> None:
         """Copy the completed records of ``plans`` to ``collect_into`` (when set); a conflict is logged, not fatal."""
         if not self.hero["collect_into"]:
             return
@@ -276,7 +276,7 @@ class HeroLocalLauncher(HeroSubmititLauncher):
 
 
 def _mark_submitted(p: dict, job: Any) -> None:
-    p.update(job_id=job.job_id, state="SUBMITTED", log=str(job.paths.stderr), stdout=str(job.paths.stdout))
+    p.update(job_id=job.job_id, state=JobState.SUBMITTED, log=str(job.paths.stderr), stdout=str(job.paths.stdout))
 
 
 def _dotted(record: dict, key: str | None) -> Any:

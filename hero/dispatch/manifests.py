@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hero.dispatch.plan import record_of, task_overrides
+from hero.dispatch.plan import JobPlan, JobState, record_of, task_overrides
 from hero.dispatch.studies import override_value
 from hero.results import is_completed, now_iso, read_record_or_none, write_atomic
 
@@ -54,7 +54,7 @@ class NoManifest(ValueError):
     """The target of status/collect is not a manifest, nor a sweep dir with one (one-line message)."""
 
 
-def write_manifest(sweep_dir: Path, stamp: str, cluster: str, submitit_folder: str, plans: list[dict]) -> Path:
+def write_manifest(sweep_dir: Path, stamp: str, cluster: str, submitit_folder: str, plans: list[JobPlan]) -> Path:
     """Record what this launch planned and submitted: ``<sweep dir>/manifests/<stamp>.json``."""
     manifest = {
         "created": now_iso(),
@@ -64,8 +64,8 @@ def write_manifest(sweep_dir: Path, stamp: str, cluster: str, submitit_folder: s
         "command": " ".join(shlex.quote(a) for a in sys.argv),
         "launcher_pid": os.getpid(),
         "n_jobs": len(plans),
-        "n_submitted": sum(p["state"] != "SKIPPED" for p in plans),
-        "n_skipped": sum(p["state"] == "SKIPPED" for p in plans),
+        "n_submitted": sum(p["state"] != JobState.SKIPPED for p in plans),
+        "n_skipped": sum(p["state"] == JobState.SKIPPED for p in plans),
         "jobs": plans,
     }
     return write_atomic(sweep_dir / MANIFEST_DIRNAME / f"{stamp}.json", manifest)
@@ -97,7 +97,7 @@ def load_manifests(target: str | os.PathLike) -> tuple[Path, list[dict]]:
         for j in m["jobs"]:
             j = dict(j, manifest=str(f), cluster=m.get("cluster", "slurm"), launcher_pid=m.get("launcher_pid"))
             prev = jobs.get(j["output_dir"])
-            if prev is None or j.get("state") != "SKIPPED" or prev.get("state") == "SKIPPED":
+            if prev is None or j.get("state") != JobState.SKIPPED or prev.get("state") == JobState.SKIPPED:
                 jobs[j["output_dir"]] = j
     sweep_dir = Path(manifests[-1].get("sweep_dir", target if target.is_dir() else target.parent.parent))
     return sweep_dir, sorted(jobs.values(), key=lambda j: j["num"])
@@ -154,11 +154,11 @@ def _result_pickle_state(job: dict) -> tuple[str | None, str | None]:
     return "FAILED", error_line(str(payload))
 
 
-def job_states(jobs: list[dict]) -> list[dict]:
+def job_states(jobs: list[JobPlan]) -> list[JobPlan]:
     """Fill ``state`` (PENDING/RUNNING/COMPLETED/FAILED/SKIPPED/...), ``record`` and ``error`` of each job."""
     sacct = _sacct_states([j.get("job_id") for j in jobs if j.get("cluster", "slurm") == "slurm"])
     for j in jobs:
-        if j.get("state") == "SKIPPED":
+        if j.get("state") == JobState.SKIPPED:
             continue
         rec_path = record_of(j)
         rec = read_record_or_none(rec_path)
@@ -166,21 +166,21 @@ def job_states(jobs: list[dict]) -> list[dict]:
         sched = sacct.get(str(j.get("job_id")))
         j["slurm_state"] = sched
         if pk_state == "FAILED" or (rec and rec.get("status") == "failed"):
-            j["state"], j["error"] = "FAILED", err or (rec or {}).get("error")
+            j["state"], j["error"] = JobState.FAILED, err or (rec or {}).get("error")
         elif pk_state == "COMPLETED" and is_completed(rec):
-            j["state"] = "COMPLETED"
+            j["state"] = JobState.COMPLETED
         elif j.get("cluster") == "local":
             _local_state(j)
         elif sched in SCHED_WAITING:
-            j["state"] = "RUNNING" if sched in ("RUNNING", "COMPLETING", "CONFIGURING") else "PENDING"
+            j["state"] = JobState.RUNNING if sched in ("RUNNING", "COMPLETING", "CONFIGURING") else JobState.PENDING
         elif sched in SCHED_FAILED:
-            j["state"], j["error"] = "FAILED", j.get("error") or f"SLURM state {sched}"
+            j["state"], j["error"] = JobState.FAILED, j.get("error") or f"SLURM state {sched}"
         elif is_completed(rec):
-            j["state"] = "COMPLETED"
+            j["state"] = JobState.COMPLETED
         elif sched == "COMPLETED":
-            j["state"], j["error"] = "FAILED", "job ended without a record"
+            j["state"], j["error"] = JobState.FAILED, "job ended without a record"
         else:
-            j["state"] = "UNKNOWN"
+            j["state"] = JobState.UNKNOWN
         if rec_path.exists():
             j["record"] = str(rec_path)
     return jobs
@@ -204,21 +204,21 @@ def _alive(pid: Any, marker: bytes) -> bool:
     return True
 
 
-def _local_state(job: dict) -> None:
+def _local_state(job: JobPlan) -> None:
     """State of a local job without a result yet: it waits for a run slot while its launcher lives,
     runs while its submitit process lives; otherwise it ended without a record (killed)."""
     if not job.get("job_id"):
         if _alive(job.get("launcher_pid"), b"python"):
-            job["state"] = "PENDING"
+            job["state"] = JobState.PENDING
         else:
-            job["state"] = "FAILED"
+            job["state"] = JobState.FAILED
             job["error"] = f"never started: its launcher (pid {job.get('launcher_pid')}) ended first; rerun the sweep"
     elif _alive(job["job_id"], b"submitit"):
-        job["state"] = "RUNNING"
+        job["state"] = JobState.RUNNING
     elif _result_pickle_state(job)[0] == "COMPLETED" and is_completed(read_record_or_none(record_of(job))):
-        job["state"] = "COMPLETED"  # it ended between the first look and this one
+        job["state"] = JobState.COMPLETED  # it ended between the first look and this one
     else:
-        job["state"] = "FAILED"
+        job["state"] = JobState.FAILED
         job["error"] = job.get("error") or f"process {job['job_id']} ended without a record (killed?); rerun the sweep"
 
 
@@ -235,7 +235,7 @@ def collect(target: str | os.PathLike) -> dict:
     records = [
         e
         for j in summary["jobs"]
-        if j.get("record") and j["state"] in ("COMPLETED", "SKIPPED")
+        if j.get("record") and j["state"] in (JobState.COMPLETED, JobState.SKIPPED)
         if (e := record_entry(j, j["record"])) is not None
     ]
     out = {
@@ -310,9 +310,16 @@ def error_line(text: str) -> str:
     return (hits[-1] if hits else (lines[-1] if lines else ""))[:400]
 
 
-def summarise(plans: list[dict], sweep_dir: Path, manifest_path: Path | None) -> dict:
+def summarise(plans: list[JobPlan], sweep_dir: Path, manifest_path: Path | None) -> dict:
     """Counts per state and every job (failed first), written to ``<sweep dir>/summary.json``."""
-    order = {"FAILED": 0, "UNKNOWN": 1, "RUNNING": 2, "PENDING": 3, "COMPLETED": 4, "SKIPPED": 5}
+    order = {
+        JobState.FAILED: 0,
+        JobState.UNKNOWN: 1,
+        JobState.RUNNING: 2,
+        JobState.PENDING: 3,
+        JobState.COMPLETED: 4,
+        JobState.SKIPPED: 5,
+    }
     jobs = sorted(plans, key=lambda p: (order.get(p["state"], 1), p["num"]))
     counts: dict[str, int] = {}
     for p in plans:
@@ -332,7 +339,7 @@ def summarise(plans: list[dict], sweep_dir: Path, manifest_path: Path | None) ->
                 "error": p.get("error"),
             }
             for p in jobs
-            if p["state"] == "FAILED"
+            if p["state"] == JobState.FAILED
         ],
         "jobs": [
             {

@@ -3,7 +3,8 @@
 A job's identity is its task overrides (``hydra.*`` dropped) plus the hash of its composed config,
 the same ``config_hash`` the pipeline records; its output dir ``<sweep dir>/<job_key>`` is
 therefore found again by a relaunch (no job numbers, nothing overwritten). ``plan_job`` composes
-one job's config and returns its plan (a dict that the manifest stores as is); ``settle`` marks
+one job's config and returns its ``JobPlan`` (a typed dict that the manifest stores as JSON);
+``JobState`` names where a job stands, from planning to its end. ``settle`` marks
 a job SKIPPED when a completed record for it exists (in its dir, in the pipeline's config-hash
 index, or anywhere under ``records_root``) and moves a failed record aside, so that the rerun is
 a rerun and resumes from the checkpoints left in place.
@@ -17,8 +18,9 @@ import logging
 import os
 import re
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from hero.results import (
     RESULTS_FILENAME,
@@ -31,6 +33,42 @@ from hero.results import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class JobState(StrEnum):
+    """Where a job of a sweep stands; manifests and summaries store the name (a ``str``)."""
+
+    TO_SUBMIT = "TO_SUBMIT"  # planned, no completed record for its config: it will be submitted
+    SKIPPED = "SKIPPED"  # a completed record for its config exists (``record``): not submitted
+    SUBMITTED = "SUBMITTED"  # handed to the scheduler (``job_id``), not looked at since
+    PENDING = "PENDING"  # waiting for a node or a local run slot
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"  # ended with a completed record
+    FAILED = "FAILED"  # ended without one (``error``: the line that says why)
+    UNKNOWN = "UNKNOWN"  # the scheduler has no row for it (yet) and there is no record
+
+
+class JobPlan(TypedDict, total=False):
+    """One job of a sweep as the manifest stores it: ``plan_job`` fills the first block, ``settle``
+    the state, the launcher what the scheduler answered, ``manifests.job_states`` how it ended."""
+
+    num: int  # the job's number in the sweep
+    overrides: list[str]  # its sweep overrides (Hydra's), hydra.* included
+    subdir: str  # <job_key>: task overrides + config hash, stable across relaunches
+    output_dir: str
+    launch_hash: str  # config_hash of the composed config, as the pipeline records it
+    index_file: str | None  # the pipeline's config-hash index entry for it
+    force: bool  # submit even when a completed record exists
+    objective_key: str | None  # a calibration trial's objective, else None
+    state: JobState
+    record: str | None  # the completed record (own, indexed, or found under records_root)
+    cluster: str  # "slurm" or "local"
+    job_id: str | None
+    launcher_pid: int  # local jobs: the launcher that hands out run slots
+    log: str  # submitit's stderr file
+    stdout: str
+    slurm_state: str | None  # sacct's state of the latest attempt
+    error: str | None
 
 
 def task_overrides(overrides: Sequence[str]) -> list[str]:
@@ -49,7 +87,7 @@ def job_key(overrides: Sequence[str], chash: str) -> str:
     return f"{name}__{chash[:8]}"
 
 
-def plan_job(hydra_context: Any, config: Any, overrides: Sequence[str], num: int, job_dir: str) -> dict:
+def plan_job(hydra_context: Any, config: Any, overrides: Sequence[str], num: int, job_dir: str) -> JobPlan:
     """Compose job ``num`` of the sweep and return its plan: overrides, output dir, config hash
     (``launch_hash``), the pipeline's index entry for that hash, ``force`` and the objective key.
 
@@ -121,29 +159,29 @@ def _hashed_config(task: Any) -> Any:
     return container
 
 
-def settle(plans: list[dict], skip_existing: bool, records_root: Path, stamp: str) -> None:
+def settle(plans: list[JobPlan], skip_existing: bool, records_root: Path, stamp: str) -> None:
     """Set each plan's ``state`` to SKIPPED (``record``: the completed record found) or TO_SUBMIT.
 
     A plan with ``force`` or ``skip_existing=False`` is always submitted. The record of a job to
     submit again is moved aside to ``results.<status>.<stamp>.json`` (its checkpoints stay)."""
     index: dict[str, Path] | None = None
     for p in plans:
-        p["state"], p["record"] = "TO_SUBMIT", None
+        p["state"], p["record"] = JobState.TO_SUBMIT, None
         own = Path(p["output_dir"]) / RESULTS_FILENAME
         rec = read_record_or_none(own)
         if skip_existing and not p["force"]:
             if is_completed(rec):
-                p["state"], p["record"] = "SKIPPED", str(own)
+                p["state"], p["record"] = JobState.SKIPPED, str(own)
                 continue
             indexed = indexed_record(p.get("index_file"))
             if indexed is not None:
-                p["state"], p["record"] = "SKIPPED", str(indexed)
+                p["state"], p["record"] = JobState.SKIPPED, str(indexed)
                 continue
             if index is None:
                 index = index_records(records_root)
             hit = index.get(p["launch_hash"]) or (index.get(rec.get("config_hash")) if rec else None)
             if hit is not None:
-                p["state"], p["record"] = "SKIPPED", str(hit)
+                p["state"], p["record"] = JobState.SKIPPED, str(hit)
                 continue
         if rec is not None and own.exists():
             aside = own.with_name(f"results.{rec.get('status', 'old')}.{stamp}.json")
