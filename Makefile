@@ -43,11 +43,16 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Two pytest-xdist workers, whole files per worker (--dist loadfile: a file's fixtures are built once);
+# TEST_WORKERS=0 runs in this process. --durations lists where the time went.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+
 test: setup lint
-	@if [ "$(SLURM)" != 1 ]; then exec $(PY) -m pytest -q; fi; \
+	@if [ "$(SLURM)" != 1 ]; then exec $(PYTEST); fi; \
 	trap 'bash scripts/slurm/down.sh' EXIT; \
 	up=0; { bash scripts/slurm/install.sh && bash scripts/slurm/up.sh; } || up=$$?; \
-	SLURM_CONF="$(SLURM_DIR)/etc/slurm.conf" HERO_SLURM_REQUIRED=1 $(PY) -m pytest -q; rc=$$?; \
+	SLURM_CONF="$(SLURM_DIR)/etc/slurm.conf" HERO_SLURM_REQUIRED=1 $(PYTEST); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ $$up -ne 0 ]; then echo "slurm-up failed ($$up)"; rc=$$up; fi; \
 	exit $$rc
 
