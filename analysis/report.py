@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -589,7 +590,16 @@ def push_wandb(tables: list[Table], summary: dict, project: str, entity: str | N
     """Log every table (as displayed, plus its caption) and the run counts to one W&B run of job type ``analysis``."""
     import wandb
 
-    run = wandb.init(project=project, entity=entity, job_type="analysis", config={"inputs": summary["inputs"]})
+    # WANDB_MODE and WANDB_DIR are passed on explicitly: after an earlier run in the same process (a notebook
+    # that also trained), wandb 0.31 keeps that run's settings and would ask for an API key even offline.
+    run = wandb.init(
+        project=project,
+        entity=entity,
+        job_type="analysis",
+        config={"inputs": summary["inputs"]},
+        mode=os.environ.get("WANDB_MODE") or None,
+        dir=os.environ.get("WANDB_DIR") or None,
+    )
     for t in tables:
         df = t.display()
         run.log({t.spec.stem: wandb.Table(columns=df.columns, data=[list(r) for r in df.rows()])})

@@ -1,4 +1,4 @@
-"""Benchmark results as run records (``hero/results.py`` schema, figures under ``bench``).
+"""Benchmark results as run records (``hero.records.RunRecord``, figures under ``bench``).
 
 Two records per run, so the analysis can put dense and routed on one quality–latency plot:
 ``<out_dir>/dense/results.json`` (method ``dense``) and ``<out_dir>/hero/results.json``
@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from hero.results import RESULTS_FILENAME, SCHEMA_VERSION, config_hash, git_commit, now_iso, versions, write_atomic
+from hero.records import RunRecord
+from hero.results import RESULTS_FILENAME, config_hash, write_atomic
 
 
 def _figures(results: dict, name: str) -> dict:
@@ -96,19 +97,18 @@ def write_records(
     for name, method in (("dense", "dense"), ("routed", "hero")):
         variant = "dense" if method == "dense" else ("trained" if checkpoint else "forced_skip")
         config = dict(resolved, method=method)
-        record = {
-            "schema_version": SCHEMA_VERSION,
-            "status": "completed",
-            "method": method,
-            "variant": variant,
-            "backbone": str(cfg.model.name),
-            "seed": int(cfg.seed),
-            "alpha": 0.0,
-            "layer_set": cfg.layers if isinstance(cfg.layers, str) else "explicit",
-            "routable_layers": bench.layers if method == "hero" else [],
-            "router": router_options if method == "hero" else None,
-            "memory_dim": router_options["memory_dim"] if method == "hero" else None,
-            "skip": (
+        record = RunRecord(
+            status="completed",
+            method=method,
+            variant=variant,
+            backbone=str(cfg.model.name),
+            seed=int(cfg.seed),
+            alpha=0.0,
+            layer_set=cfg.layers if isinstance(cfg.layers, str) else "explicit",
+            routable_layers=bench.layers if method == "hero" else [],
+            router=router_options if method == "hero" else None,
+            memory_dim=router_options["memory_dim"] if method == "hero" else None,
+            skip=(
                 {
                     "param_rate": param_rate,
                     "tokens": tokens,
@@ -118,23 +118,16 @@ def write_records(
                 if method == "hero"
                 else {"param_rate": 0.0}
             ),
-            "eval": {},
-            "eval_meta": {"suite": "none"},
-            "retain": None,
-            "train": None,
-            "rho": {},
-            "bench": _figures(results, name),
-            "bench_meta": meta,
-            "device": device_name,
-            "config": config,
-            "config_hash": config_hash(config),
-            "git_commit": git_commit(),
-            "versions": versions(),
-            "wall_time_s": wall_time_s,
-            "created": now_iso(),
-            "wandb": None,
-            "error": None,
-        }
-        paths.append(write_atomic(out_dir / method / RESULTS_FILENAME, record))
+            eval={},
+            eval_meta={"suite": "none"},
+            rho={},
+            bench=_figures(results, name),
+            bench_meta=meta,
+            device=device_name,
+            config=config,
+            config_hash=config_hash(config),
+            wall_time_s=wall_time_s,
+        )
+        paths.append(record.write(out_dir / method / RESULTS_FILENAME))
     paths.append(write_atomic(out_dir / "bench.json", {"config": resolved, "meta": meta, "results": results}))
     return paths
