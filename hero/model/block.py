@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,7 +24,20 @@ from torch.utils.checkpoint import checkpoint
 from hero.model.adapter import Adapter
 from hero.model.router import Carry, Router
 
+if TYPE_CHECKING:
+    from hero.model.intervention import Intervention
+
 GateOverride = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+class ZeroBranch(nn.Module):
+    """A skip branch that adds nothing: the skipped token keeps h̄ (the FFN sublayer becomes the identity)."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(u)
+
+
+ZERO_BRANCH = ZeroBranch()
 
 
 @dataclass
@@ -44,13 +58,22 @@ class RoutingContext:
     records    one BlockRecord per routable block, in depth order (reset at block 1)
     trace      when True, blocks also keep every intermediate of HERO_SPEC eq 1–16
     override   optional policy (j, gate) -> bool mask that replaces ``gate ≥ τ``
-               (benchmarks force an FFN-skip fraction with it)
+               (benchmarks force an FFN-skip fraction with it; ``hero.model.trace.forced_routing``)
+    override_gate
+               the gate the branches are scaled by under ``override``: "router" (g as computed),
+               "forced" (1 on rows forced to execute with g < τ, 0 on rows forced to skip with g ≥ τ),
+               "one" (1 on every executed row)
+    intervention
+               an evaluation-only ``hero.model.intervention.Intervention`` (forced layers, unscaled
+               FFNs, identity skip branch), or None
     """
 
     carry: Carry | None = None
     records: list[BlockRecord] = field(default_factory=list)
     trace: bool = False
     override: GateOverride | None = None
+    override_gate: str = "router"
+    intervention: Intervention | None = None
 
 
 class RoutedDecoderLayer(nn.Module):
@@ -136,7 +159,7 @@ class RoutedDecoderLayer(nn.Module):
         decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
         executed = self._executed(decision.gate)
         u = base.post_attention_layernorm(hbar_flat)
-        h_out = self._branches(hbar_flat, u, decision.gate, executed).reshape(shape)
+        h_out = self._branches(hbar_flat, u, self._applied_gate(decision.gate, executed), executed).reshape(shape)
         extras = {"h_bar": hbar_flat, "u": u, **decision.extras} if self.context.trace else {}
         return h_out, decision, executed, new_carry, extras
 
@@ -144,13 +167,43 @@ class RoutedDecoderLayer(nn.Module):
         self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
     ) -> torch.Tensor:
         """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training."""
-        return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self.adapter)
+        return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self._skip_branch())
+
+    def _skip_branch(self) -> nn.Module:
+        """The adapter, or a zero map when an intervention makes the skip branch the identity on h̄."""
+        intervention = self.context.intervention
+        if intervention is not None and intervention.identity_adapter:
+            return ZERO_BRANCH
+        return self.adapter
 
     def _executed(self, gate: torch.Tensor) -> torch.Tensor:
-        override = self.context.override
-        if override is not None:
-            return override(self.j, gate).to(torch.bool)
-        return gate >= self.router.config.tau
+        """The rows whose FFN runs: g ≥ τ, or the override's mask; every row in a force-executed layer."""
+        ctx = self.context
+        if ctx.override is not None:
+            executed = ctx.override(self.j, gate).to(torch.bool)
+        else:
+            executed = gate >= self.router.config.tau
+        if ctx.intervention is not None and self.layer in ctx.intervention.force_execute:
+            executed = torch.ones_like(executed)
+        return executed
+
+    def _applied_gate(self, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """The g that eq 3 scales the branches by: the router's gate unless an override or intervention sets it.
+
+        The record (``BlockRecord.gate``, the routing statistics) keeps the router's own gate.
+        """
+        ctx = self.context
+        intervention = ctx.intervention
+        if intervention is not None and (intervention.unscaled or self.layer in intervention.force_execute):
+            return torch.where(executed, torch.ones_like(gate), gate)
+        if ctx.override is not None and ctx.override_gate != "router":
+            one = torch.ones_like(gate)
+            if ctx.override_gate == "one":
+                return torch.where(executed, one, gate)
+            natural = gate >= self.router.config.tau
+            gate = torch.where(executed & ~natural, one, gate)
+            return torch.where(~executed & natural, torch.zeros_like(gate), gate)
+        return gate
 
 
 def single_branch(
