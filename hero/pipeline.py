@@ -37,6 +37,7 @@ from hero.evaluation import check_config as check_eval_config
 from hero.evaluation.routing import wandb_gate_histograms
 from hero.model import RouterConfig
 from hero.model.attach import LAYER_SETS, resolve_layers
+from hero.model.flops import model_net_compute
 from hero.model.intervention import Intervention, apply_intervention
 from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
@@ -273,6 +274,9 @@ def score(cfg, method, prepared, record: RunRecord, baseline, backbone, bed, lay
     record.skip, record.rho = method.statistics(
         prepared, lambda: _routing_batches(cfg, tokenizer, bed), bed.token_classes if bed is not None else None
     )
+    if prepared.routed:
+        # FLOP-accounted skip beside the parameter skip: router and adapters charged (hero.model.flops)
+        record.skip.update(model_net_compute(prepared.model, record.skip["per_layer_ffn_rate"], cfg.data.max_length))
 
 
 def _routing_batches(cfg, tokenizer, bed):
