@@ -46,6 +46,9 @@ DEFAULTED_KEYS: dict[str, object] = {
     "intervention.force_execute": [],
     "intervention.unscaled": False,
     "intervention.identity_adapter": False,
+    "router.layer_gate_bias": False,
+    "trainer.alpha_warmup_frac": 0.0,
+    "trainer.skip_loss_positions": "all",
 }
 
 
