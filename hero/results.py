@@ -47,6 +47,7 @@ DEFAULTED_KEYS: dict[str, object] = {
     "intervention.unscaled": False,
     "intervention.identity_adapter": False,
     "router.layer_gate_bias": False,
+    "router.straight_through": False,
     "trainer.alpha_warmup_frac": 0.0,
     "trainer.skip_loss_positions": "all",
 }

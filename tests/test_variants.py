@@ -124,12 +124,17 @@ def test_variants_at_default_leave_hash_and_calibration_setup_as_before():
     cfg = compose_train([])
     resolved = OmegaConf.to_container(cfg, resolve=True)
     older = json.loads(json.dumps(resolved))
-    del older["router"]["layer_gate_bias"], older["trainer"]["alpha_warmup_frac"]
+    del older["router"]["layer_gate_bias"], older["router"]["straight_through"], older["trainer"]["alpha_warmup_frac"]
     del older["trainer"]["skip_loss_positions"], older["intervention"]
     assert config_hash(resolved) == config_hash(older)
     setup = setup_of(cfg)
     assert "layer_gate_bias" not in setup["router"] and "alpha_warmup_frac" not in setup["trainer"]
-    for override in ("router.layer_gate_bias=true", "trainer.alpha_warmup_frac=0.2", "trainer.skip_loss_positions=lm"):
+    for override in (
+        "router.layer_gate_bias=true",
+        "router.straight_through=true",
+        "trainer.alpha_warmup_frac=0.2",
+        "trainer.skip_loss_positions=lm",
+    ):
         other = compose_train([override])
         assert config_hash(OmegaConf.to_container(other, resolve=True)) != config_hash(resolved), override
         assert setup_hash(setup_of(other)) != setup_hash(setup), override
@@ -140,15 +145,54 @@ def test_the_variants_train_end_to_end_on_the_micro_bed(micro_overrides, tmp_pat
         *micro_overrides,
         MICRO_RETAIN,
         "router.layer_gate_bias=true",
+        "router.straight_through=true",
         "trainer.alpha_warmup_frac=0.5",
         "trainer.skip_loss_positions=lm",
         "trainer.lr=3e-2",
     ]
     run(compose_train(overrides), run_dir=tmp_path / "run")
     record = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert record["router"]["layer_gate_bias"] is True and record["config"]["trainer"]["skip_loss_positions"] == "lm"
+    assert record["router"]["layer_gate_bias"] is True and record["router"]["straight_through"] is True
+    assert record["config"]["trainer"]["skip_loss_positions"] == "lm"
     from safetensors.torch import load_file
 
     tensors = load_file(str(next((tmp_path / "run" / "router").glob("*.safetensors"))))
     bias = next(v for k, v in tensors.items() if k.endswith("layer_bias"))
     assert bias.abs().sum() > 0  # trained
+
+
+def test_both_branches_keeps_eq3_values_and_gives_skipped_gates_the_ffn_gradient():
+    from hero.model.adapter import Adapter
+    from hero.model.block import both_branches, single_branch
+
+    torch.manual_seed(0)
+    ffn, adapter = torch.nn.Linear(8, 8), Adapter(8, 3)  # W2 = 0: a fresh adapter adds nothing
+    hbar, u = torch.randn(6, 8), torch.randn(6, 8)
+    executed = torch.tensor([True, False, True, False, False, True])
+    outs, grads = {}, {}
+    for name, rule in (("single", single_branch), ("both", both_branches)):
+        gate = torch.tensor([0.9, 0.2, 0.7, 0.4, 0.1, 0.6], requires_grad=True)
+        out = rule(hbar, u, gate, executed, ffn, adapter)
+        out.square().sum().backward()
+        outs[name], grads[name] = out.detach(), gate.grad
+    torch.testing.assert_close(outs["both"], outs["single"], rtol=0, atol=1e-6)
+    skipped = ~executed
+    assert torch.equal(grads["single"][skipped], torch.zeros(3))  # the paper's rule: no signal while W2 = 0
+    assert (grads["both"][skipped].abs() > 0).all()
+
+
+def test_straight_through_trains_both_branches_and_evaluates_single_branch(monkeypatch):
+    import hero.model.block as block_module
+
+    calls = []
+    real = block_module.both_branches
+    monkeypatch.setattr(block_module, "both_branches", lambda *a: calls.append(1) or real(*a))
+    model = small(RouterConfig(straight_through=True))
+    fit(model, Items(), trainer(max_steps=1), 0.1, 0, "/nonexistent/ckpt")
+    assert len(calls) == 2  # one training forward, two routable blocks
+    with torch.no_grad():
+        model(torch.randint(0, SMALL["vocab_size"], (1, 5)))
+    assert len(calls) == 2
+    plain = small()
+    fit(plain, Items(), trainer(max_steps=1), 0.1, 0, "/nonexistent/ckpt")
+    assert len(calls) == 2

@@ -166,7 +166,14 @@ class RoutedDecoderLayer(nn.Module):
     def _branches(
         self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
     ) -> torch.Tensor:
-        """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training."""
+        """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training.
+
+        With ``router.straight_through`` HeRo trains through ``both_branches`` (same values, gradient for skipped
+        rows through their FFN); evaluation and generation stay single-branch.
+        """
+        config = getattr(self.router, "config", None)
+        if getattr(config, "straight_through", False) and self.training and torch.is_grad_enabled():
+            return both_branches(hbar, u, gate, executed, self.base_layer.mlp, self._skip_branch())
         return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self._skip_branch())
 
     def _skip_branch(self) -> nn.Module:
@@ -234,6 +241,26 @@ def single_branch(
     update = u.new_zeros(u.shape)
     update = update.index_copy(0, ffn_rows, ffn_out.to(u.dtype))
     update = update.index_copy(0, adapter_rows, adapter_out.to(u.dtype))
+    return hbar + update.to(hbar.dtype)
+
+
+def both_branches(
+    hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor, ffn: nn.Module, adapter: nn.Module
+) -> torch.Tensor:
+    """Eq 3 in value, both branches on every row, a straight-through threshold (training variant, beyond the paper).
+
+        m_st = m + g − sg(g),  m = 1[executed] ∈ {0, 1}
+        h    = h̄ + m_st · g · FFN(u) + (1 − m_st) · (1 − g) · Adapter(u)
+
+    m_st equals m in value, so h is ``single_branch``'s; its gradient ∂m_st/∂g = 1 gives every row's gate
+    ∂L/∂g = ⟨∂L/∂h, g·FFN(u) − (1 − g)·Adapter(u)⟩ + m·⟨∂L/∂h, FFN(u)⟩ − (1 − m)·⟨∂L/∂h, Adapter(u)⟩: a skipped
+    token learns what its FFN was worth (with the paper's rule it sees only −Adapter(u), zero at init). Costs
+    the FFN on every row in training. hbar, u: (N, d); gate: (N,); executed: (N,) bool.
+    """
+    g = gate.unsqueeze(-1)
+    m = executed.to(g.dtype).unsqueeze(-1)
+    m_st = m + (g - g.detach())
+    update = m_st * g * ffn(u) + (1.0 - m_st) * (1.0 - g) * adapter(u)
     return hbar + update.to(hbar.dtype)
 
 
