@@ -21,6 +21,10 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   is resolved, and the seeds 1 / 2 / 5 Retain points would need (``analysis.resolution``);
 * ``budget.{csv,md}`` — wall time summed over runs and CPU time (× threads), per group and in
   all (``analysis.budget``);
+* with ``--skip-axis net_compute``, the curves, ``groups.csv`` and the matched-skip and skip-adjusted
+  comparisons use the net compute skip (``skip.net_compute_rate``: FFN FLOPs saved minus router and
+  adapter FLOPs, ``hero.model.flops``) instead of the parameter skip; the paper tables and the
+  calibration table keep the parameter skip;
 * ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
 * PNG plots (``analysis.plots``) and ``summary.json``;
 * with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
@@ -153,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PCTS",
         help="comma-separated skip rates in %% for matched comparisons (default: the reference curve's points)",
     )
+    p.add_argument(
+        "--skip-axis",
+        choices=SKIP_AXES,
+        default="param",
+        help="the cost axis of the curves, groups.csv, matched-skip and skip-adjusted comparisons: param (the "
+        "paper's parameter skip, skip.param_rate; default) or net_compute (FFN FLOPs saved minus router and "
+        "adapter FLOPs, skip.net_compute_rate; records without it are left out, see python -m analysis.compute)",
+    )
     p.add_argument("--tasks", help="comma-separated task set for Retain (default: every task the baseline scores)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the t intervals (default: 0.95)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -254,6 +266,10 @@ def run_report(args: argparse.Namespace) -> dict:
         (out / "calibration.md").write_text(_calibration_markdown(calibrated))
         summary["calibration"] = calibrated.to_dicts()
 
+    if args.skip_axis == "net_compute":
+        frame, note = net_compute_axis(frame)
+        summary["skip_axis"] = "net_compute"
+        summary["notes"].append(note)
     skip_pct = (pl.col("skip.param_rate") * 100.0).alias("skip")
     try:
         curve_base = resolve_baselines(frame, args.curve_baseline, "--curve-baseline", runs.tasks, tasks)
@@ -277,7 +293,7 @@ def run_report(args: argparse.Namespace) -> dict:
     files.append(_csv(named(points), out / "curves.csv"))
     reference = args.curve_reference or f"method=hero,variant=full,memory_dim={dim},layer_set={layer_set}"
     levels = [float(v) for v in args.matched_skip.split(",")] if args.matched_skip else None
-    if levels is None and calibrated.height:
+    if levels is None and calibrated.height and args.skip_axis == "param":
         levels = sorted(set((100.0 * calibrated["target"]).round(6).to_list()))
     metric_curves = {m: curves(points, m, scored) for m in ["retain", *task_cols]}
     try:
@@ -426,6 +442,37 @@ def provider_hint(selector: str, table: int | None, main: dict) -> str:
         overrides.setdefault("layers", str(main["layer_set"]))
     command = " ".join(f"{k}={v}" for k, v in overrides.items())
     return f"a run of `python train.py {command}` would provide it"
+
+
+SKIP_AXES = ("param", "net_compute")
+UNROUTED = ("dense", "lora")
+
+
+def net_compute_axis(frame: pl.DataFrame) -> tuple[pl.DataFrame, str]:
+    """``frame`` with ``skip.param_rate`` replaced by the net compute skip (the parameter skip kept as
+    ``skip.param_rate_param``), and a note naming the records left out.
+
+    Methods that route nothing (dense, LoRA) skip nothing and pay nothing: 0. A routed record written before
+    ``skip.net_compute_rate`` existed has none and is left out (``python -m analysis.compute`` computes it
+    from the record and the backbone's shape).
+    """
+    col = "skip.net_compute_rate"
+    if col not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    frame = frame.with_columns(
+        pl.when(pl.col("method").is_in(UNROUTED)).then(pl.lit(0.0)).otherwise(pl.col(col).cast(pl.Float64)).alias(col)
+    )
+    lacking = frame.filter(pl.col(col).is_null())
+    kept = frame.filter(pl.col(col).is_not_null()).with_columns(
+        pl.col("skip.param_rate").alias("skip.param_rate_param"), pl.col(col).alias("skip.param_rate")
+    )
+    note = "cost axis: net compute skip (skip.net_compute_rate), not the parameter skip"
+    if lacking.height:
+        note += (
+            f"; {lacking.height} routed records without skip.net_compute_rate (written before it) left out: "
+            + ", ".join(sorted(set(lacking["method"].to_list())))
+        )
+    return kept, note
 
 
 def calibration_table(frame: pl.DataFrame) -> pl.DataFrame:

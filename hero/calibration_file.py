@@ -33,7 +33,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hero.errors import ConfigError
-from hero.results import now_iso, read_record, write_atomic
+from hero.results import drop_defaults, now_iso, read_record, write_atomic
 
 SCHEMA_VERSION = 1
 # Trainer keys that do not change what an α does (length is calibrated separately via trial_fraction).
@@ -78,7 +78,7 @@ def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
         method = {
             k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items() if f"method.{k}" != knob_key
         }
-    return {
+    setup = {
         "model": OmegaConf.to_container(cfg.model, resolve=True),
         "layers": layer_key(cfg),
         "method": method,
@@ -86,6 +86,8 @@ def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
         "data": OmegaConf.to_container(cfg.data, resolve=True),
         "trainer": trainer,
     }
+    # options added later, at the value that predates them, leave the setup (and its hash) as it was
+    return drop_defaults(setup)
 
 
 def setup_hash(setup: dict) -> str:

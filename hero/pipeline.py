@@ -37,6 +37,8 @@ from hero.evaluation import check_config as check_eval_config
 from hero.evaluation.routing import wandb_gate_histograms
 from hero.model import RouterConfig
 from hero.model.attach import LAYER_SETS, resolve_layers
+from hero.model.flops import model_net_compute
+from hero.model.intervention import Intervention, apply_intervention
 from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
 from hero.results import RESULTS_FILENAME, completed_record, config_hash, read_record, write_atomic, write_index
@@ -76,6 +78,13 @@ def validate(cfg: DictConfig) -> None:
     check_trainer_config(cfg.trainer)
     check_eval_config(cfg.eval)
     check_logger_config(cfg.logger)
+    intervention_of(cfg)
+
+
+def intervention_of(cfg: DictConfig) -> Intervention:
+    """The run's evaluation-only intervention (``intervention:`` group; off when the config has none)."""
+    options = cfg.get("intervention")
+    return Intervention.from_config(OmegaConf.to_container(options, resolve=True) if options is not None else None)
 
 
 def _check_bed_pairing(cfg: DictConfig) -> None:
@@ -168,7 +177,7 @@ def _identity(cfg: DictConfig, resolved: dict, chash: str, **fields) -> RunRecor
     """The record's fields that name the run (method, variant, backbone, seed, α, layers, hash)."""
     return RunRecord(
         method=cfg.method.name,
-        variant=cfg.variant,
+        variant=cfg.variant + intervention_of(cfg).suffix,
         backbone=cfg.model.name,
         seed=cfg.seed,
         alpha=resolved.get("alpha"),
@@ -190,6 +199,7 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     )
     seed_everything(cfg.seed)
     prepared = method.prepare(cfg, backbone.model, tokenizer, layers, bed, resolved["alpha"])
+    check_intervention(cfg, prepared, layers)
     summary = None
     if prepared.trains:
         dataset = SFTDataset(
@@ -230,9 +240,27 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     return record
 
 
+def check_intervention(cfg, prepared, layers: list[int]) -> None:
+    """An intervention needs a routed model and routable forced layers; one line otherwise, before training."""
+    intervention = intervention_of(cfg)
+    if not intervention.active:
+        return
+    if not prepared.routed:
+        raise PipelineConfigError(
+            f"intervention{intervention.suffix}: interventions change routed blocks; method={cfg.method.name} routes nothing"
+        )
+    intervention.check_layers(layers)
+
+
 def score(cfg, method, prepared, record: RunRecord, baseline, backbone, bed, layers, root, rank) -> None:
-    """Fill the record's scores, Retain, baseline section and routing statistics (training runs and rescoring)."""
+    """Fill the record's scores, Retain, baseline section and routing statistics (training runs and rescoring).
+
+    The run's evaluation-only intervention (``hero.model.intervention``) applies from here on: after
+    training, to the scores and the routing statistics alike.
+    """
     tokenizer = backbone.tokenizer
+    if prepared.routed:
+        apply_intervention(prepared.model, intervention_of(cfg))
     record.eval, record.eval_meta = evaluate_suite(prepared.model, tokenizer, cfg.eval, bed)
     if method.reference and cfg.eval.suite != "none":
         _store_baseline(cfg, backbone, record.eval, str(cfg.paths.cache))
@@ -246,6 +274,9 @@ def score(cfg, method, prepared, record: RunRecord, baseline, backbone, bed, lay
     record.skip, record.rho = method.statistics(
         prepared, lambda: _routing_batches(cfg, tokenizer, bed), bed.token_classes if bed is not None else None
     )
+    if prepared.routed:
+        # FLOP-accounted skip beside the parameter skip: router and adapters charged (hero.model.flops)
+        record.skip.update(model_net_compute(prepared.model, record.skip["per_layer_ffn_rate"], cfg.data.max_length))
 
 
 def _routing_batches(cfg, tokenizer, bed):

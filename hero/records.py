@@ -26,7 +26,10 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
     skip            dict       param_rate (share of backbone parameters skipped, per token, 0-1),
                                ffn_execution_rate (share of routable FFN calls that ran), per_layer_ffn_rate,
                                per_layer_mean_gate (g over all tokens), per_layer_executed_gate (g over
-                               executed tokens only), per_token, ... (``hero.objectives.SkipMeter``)
+                               executed tokens only), per_token, ... (``hero.objectives.SkipMeter``);
+                               routed methods also net_compute_rate (FFN FLOPs saved minus router and
+                               adapter FLOPs, over the backbone's FLOPs per token) and its breakdown
+                               ``compute`` (``hero.model.flops.net_compute``; records before it lack both)
     rho             dict       {layer: learned ρ} (HeRo; {} otherwise)
     error           str        one-line reason when status == "failed", else None
     baseline        dict       optional: a Table 1 baseline's section (source, deviations, knob, settings)

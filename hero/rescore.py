@@ -1,5 +1,9 @@
 """Score a finished run again on another suite: ``python -m hero.rescore RUN_DIR eval=paper7 [eval.limit=100]``.
 
+Or with an evaluation-only intervention (``hero.model.intervention``): ``python -m hero.rescore RUN_DIR
+intervention.unscaled=true`` (also ``intervention.force_execute=[29]``, ``intervention.identity_adapter=true``);
+the new record's variant carries the intervention's suffix (``full@unscaled``) and so does its directory.
+
 Every trained run keeps its trainable tensors beside its record (``hero.methods``: HeRo's
 ``router/``, any other method's ``trained/``), so a run need not be trained again to be read on
 another yardstick. The run's model is rebuilt from the resolved config in its record (the
@@ -23,7 +27,7 @@ from omegaconf import OmegaConf
 from hero import backbones, methods
 from hero.errors import ConfigError
 from hero.evaluation import check_config, suite_fingerprint
-from hero.pipeline import dense_baseline, score, seed_everything
+from hero.pipeline import check_intervention, dense_baseline, intervention_of, score, seed_everything
 from hero.records import RunRecord
 from hero.results import RESULTS_FILENAME, config_hash, is_completed, read_record_or_none
 
@@ -35,17 +39,22 @@ class RescoreError(ConfigError):
 
 
 def rescore_config(record: dict, overrides: list[str]):
-    """The run's resolved config with its ``eval`` group replaced by the one the overrides compose."""
-    bad = [o for o in overrides if not o.lstrip("+~").startswith(("eval=", "eval.", "paths."))]
+    """The run's resolved config with its ``eval`` (and ``intervention``) group replaced by the one the overrides
+    compose; without ``eval`` overrides the run's own suite is kept, without ``intervention.*`` its own intervention."""
+    bad = [o for o in overrides if not o.lstrip("+~").startswith(("eval=", "eval.", "paths.", "intervention."))]
     if bad:
         raise RescoreError(
-            f"{bad[0]!r}: rescoring changes only the suite (eval=..., eval.*) and paths.*; "
-            "anything else is another run (python train.py ...)"
+            f"{bad[0]!r}: rescoring changes only the suite (eval=..., eval.*), an evaluation-only "
+            "intervention (intervention.*) and paths.*; anything else is another run (python train.py ...)"
         )
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         composed = compose(config_name="train", overrides=overrides)
     cfg = OmegaConf.create(record["config"])
-    cfg.eval = composed.eval
+    if any(o.lstrip("+~").startswith(("eval=", "eval.")) for o in overrides) or "eval" not in cfg:
+        cfg.eval = composed.eval
+    if any(o.lstrip("+~").startswith("intervention.") for o in overrides) or "intervention" not in cfg:
+        cfg.intervention = composed.intervention
+    intervention_of(cfg)
     for override in overrides:
         if override.startswith("paths."):
             key = override.split("=", 1)[0]
@@ -73,6 +82,7 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     baseline = None if method.reference else dense_baseline(cfg, backbone, cache_root, bed)
     seed_everything(cfg.seed)
     prepared = method.prepare(cfg, backbone.model, backbone.tokenizer, layers, bed, float(cfg.alpha))
+    check_intervention(cfg, prepared, layers)
     if prepared.trains:
         method.load(prepared, run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -80,7 +90,7 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     new = RunRecord(
         status="completed",
         method=record["method"],
-        variant=record["variant"],
+        variant=record["variant"].split("@")[0] + intervention_of(cfg).suffix,
         backbone=record["backbone"],
         seed=record["seed"],
         alpha=record["alpha"],
@@ -99,13 +109,14 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     )
     score(cfg, method, prepared, new, baseline, backbone, bed, layers, out_root, rank=0)
     new.wall_time_s = time.time() - start
-    return new.write(out_root / f"{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}" / RESULTS_FILENAME)
+    name = f"{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}{intervention_of(cfg).suffix}"
+    return new.write(out_root / name / RESULTS_FILENAME)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hero.rescore", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", help="a finished run's directory (holding results.json)")
-    ap.add_argument("overrides", nargs="*", help="eval=<suite> and eval.* / paths.* overrides")
+    ap.add_argument("overrides", nargs="*", help="eval=<suite> and eval.* / intervention.* / paths.* overrides")
     args = ap.parse_args(argv)
     try:
         path = rescore(args.run_dir, args.overrides)

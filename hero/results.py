@@ -38,6 +38,20 @@ RUN_LOCAL_KEYS = (
     "trainer.progress",
 )
 
+# Options added after records were first written, with the value that reproduces the earlier behaviour.
+# At that value a key is left out of the hash (and of the calibration setup, ``hero.calibration_file``), so
+# every config that predates the option keeps its hash; any other value enters it. A group that is left
+# empty by this (``intervention`` at its defaults) goes too.
+DEFAULTED_KEYS: dict[str, object] = {
+    "intervention.force_execute": [],
+    "intervention.unscaled": False,
+    "intervention.identity_adapter": False,
+    "router.layer_gate_bias": False,
+    "router.straight_through": False,
+    "trainer.alpha_warmup_frac": 0.0,
+    "trainer.skip_loss_positions": "all",
+}
+
 
 def _drop(cfg: dict, dotted: str) -> None:
     head, _, rest = dotted.partition(".")
@@ -50,11 +64,35 @@ def _drop(cfg: dict, dotted: str) -> None:
         del cfg[head]
 
 
+def drop_defaults(cfg: dict, prefix: str = "") -> dict:
+    """``cfg`` (a resolved config, or its ``prefix`` group) without the ``DEFAULTED_KEYS`` at their default
+    value, and without a group those leave empty; modified in place and returned."""
+    for dotted, default in DEFAULTED_KEYS.items():
+        if prefix and not dotted.startswith(prefix + "."):
+            continue
+        path = dotted[len(prefix) + 1 :].split(".") if prefix else dotted.split(".")
+        parents, node = [], cfg
+        for key in path[:-1]:
+            if not isinstance(node, dict) or key not in node:
+                break
+            parents.append((node, key))
+            node = node[key]
+        else:
+            if isinstance(node, dict) and path[-1] in node and node[path[-1]] == default:
+                del node[path[-1]]
+                for parent, key in reversed(parents):
+                    if parent[key] == {}:
+                        del parent[key]
+    return cfg
+
+
 def config_hash(config: dict) -> str:
-    """Stable 16-hex hash of a resolved config, ignoring run-local keys (output dirs, logger, force)."""
+    """Stable 16-hex hash of a resolved config, ignoring run-local keys (output dirs, logger, force) and
+    options at the default that predates them (``DEFAULTED_KEYS``)."""
     cfg = json.loads(json.dumps(config, sort_keys=True, default=str))
     for key in RUN_LOCAL_KEYS:
         _drop(cfg, key)
+    drop_defaults(cfg)
     blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

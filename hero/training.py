@@ -32,6 +32,9 @@ from hero.preemption import register_checkpoint_fn
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("linear", "cosine", "constant")
+# Where the skip loss (eq 18) averages: every valid prediction position (the paper), or only where the LM loss is
+# (labels ≠ −100: with data.assistant_only_loss=true, the assistant tokens).
+SKIP_LOSS_POSITIONS = ("all", "lm")
 
 
 class TrainingConfigError(ConfigError):
@@ -79,6 +82,14 @@ def check_config(tcfg) -> None:
         raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
     if tcfg.schedule not in SCHEDULES:
         raise TrainingConfigError(f"trainer.schedule={tcfg.schedule!r}: allowed values are {', '.join(SCHEDULES)}")
+    warmup = tcfg.get("alpha_warmup_frac", 0.0)
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not 0 <= warmup <= 1:
+        raise TrainingConfigError(f"trainer.alpha_warmup_frac={warmup!r}: must lie in [0, 1]")
+    positions = tcfg.get("skip_loss_positions", "all")
+    if positions not in SKIP_LOSS_POSITIONS:
+        raise TrainingConfigError(
+            f"trainer.skip_loss_positions={positions!r}: allowed values are {', '.join(SKIP_LOSS_POSITIONS)}"
+        )
 
 
 def total_updates(tcfg, num_samples: int) -> int:
@@ -102,6 +113,13 @@ def lr_lambda(total: int, warmup_frac: float, schedule: str) -> Callable[[int], 
         return max(0.0, 1.0 - progress)
 
     return factor
+
+
+def alpha_schedule(total: int, warmup_frac: float) -> Callable[[int], float]:
+    """α_t / α at update ``step`` (0-based): a linear ramp (step + 1)/W over the first W = ⌈warmup_frac · total⌉
+    updates, then 1 (eq 17 with α_t; ``warmup_frac`` 0: α from the first update, the paper's rule)."""
+    warmup = math.ceil(warmup_frac * total)
+    return lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
 
 
 def sample_order(num_samples: int, updates: int, global_batch: int, seed: int) -> list[int]:
@@ -134,7 +152,9 @@ def fit(
     """Train the trainable tensors of ``model``; resumes from ``checkpoint_dir`` if it holds a checkpoint.
 
     The loss is L_LM + alpha · regularizer(gates, valid) for a routed model; the regularizer is
-    HeRo's L_skip (eq 18) unless another is given (a baseline's objective, ``hero.baselines``).
+    HeRo's L_skip (eq 18) unless another is given (a baseline's objective, ``hero.baselines``). Beyond the paper:
+    ``trainer.alpha_warmup_frac`` ramps alpha linearly (``alpha_schedule``), ``trainer.skip_loss_positions=lm``
+    averages the regularizer only over the positions the LM loss covers.
     """
     rank, world_size = world()
     device = next(model.parameters()).device
@@ -150,6 +170,8 @@ def fit(
         )
     accum = per_rank // tcfg.micro_batch
     updates = total_updates(tcfg, len(dataset))
+    alpha_factor = alpha_schedule(updates, float(tcfg.get("alpha_warmup_frac", 0.0)))
+    lm_positions = tcfg.get("skip_loss_positions", "all") == "lm"
     order = sample_order(len(dataset), updates, tcfg.global_batch, seed)
     optimizer = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(updates, tcfg.warmup_frac, tcfg.schedule))
@@ -189,12 +211,11 @@ def fit(
                 lm_loss = out.loss.float()
                 if routed:
                     records = last_records(model)
-                    l_skip = (regularizer or skip_loss)(
-                        [r.gate for r in records], prediction_positions(batch["attention_mask"])
-                    )
+                    valid = prediction_positions(batch["attention_mask"], batch["labels"] if lm_positions else None)
+                    l_skip = (regularizer or skip_loss)([r.gate for r in records], valid)
                 else:
                     l_skip = torch.zeros((), device=device)
-                loss = lm_loss + alpha * l_skip
+                loss = lm_loss + alpha * alpha_factor(step) * l_skip
             (loss / accum).backward()
             if routed:
                 step_meter.update(records, batch["attention_mask"])

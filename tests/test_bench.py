@@ -15,8 +15,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import hero
 import hero.model.block as block_module
-from hero.bench import flops, traffic
+from hero.bench import traffic
 from hero.bench.runner import ForcedSkip, SkipCount, routed_twin
+from hero.model import flops
 from hero.model.attach import is_hero_parameter
 from hero.model.block import RoutedDecoderLayer
 from hero.model.config import RouterConfig

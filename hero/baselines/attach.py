@@ -31,6 +31,7 @@ from torch import nn
 from hero.model.attach import decoder_layers, resolve_layers
 from hero.model.block import RoutedDecoderLayer, RoutingContext
 from hero.model.config import HeRoConfigError
+from hero.model.flops import Shape
 from hero.model.router import Decision
 
 
@@ -94,6 +95,10 @@ class Policy(nn.Module):
         self.hidden_size = hidden_size
         self.num_routable = num_routable
         self.config = config
+
+    def flops_per_token(self, shape: Shape, j: int) -> int:
+        """Router FLOPs per token at block j (``hero.model.flops``): none for a policy that reads no hidden state."""
+        return 0
 
     def initial_carry(self, hbar: torch.Tensor) -> NoCarry:
         return NoCarry()

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hero.baselines.attach import Policy, PolicyConfig, hard_decision
+from hero.model.flops import Shape, skipgpt_router_flops
 
 SOURCE = (
     "Zhao et al., 2025, SkipGPT: Dynamic Layer Pruning Reinvented with Token Awareness and Module "
@@ -76,6 +77,10 @@ class SkipGPTRouter(Policy):
             for router in self.routers:
                 router.weight.normal_(0.0, 1e-3)
                 router.bias.copy_(torch.tensor([0.0, float(bias_init)]))
+
+    def flops_per_token(self, shape: Shape, j: int) -> int:
+        """RMS normalisation and Linear(d, 2) per token (``hero.model.flops.skipgpt_router_flops``)."""
+        return skipgpt_router_flops(shape)
 
     def logits(self, j: int, hbar: torch.Tensor) -> torch.Tensor:
         """ℓ = W_j · h̄/RMS(h̄) + b_j, (N, 2) in float32."""

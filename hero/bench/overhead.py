@@ -12,7 +12,7 @@ memory, both heads, path features) plus the routed block's bookkeeping. Prefill 
 (``--shapes``) time one forward pass; decode batches (``--decode``) time ``--steps``
 KV-cached steps after a ``--prompt``-token prompt. Timings are interleaved (dense,
 routed, dense, ...) after warm-up; the figure is the median. Goal (issue 19): routed /
-dense ≤ 1.05. The FLOP model (``hero.bench.flops``) puts the router's own arithmetic at
+dense ≤ 1.05. The FLOP model (``hero.model.flops``) puts the router's own arithmetic at
 4.9 % of the d = 512 backbone at 512 tokens and 2.4 % at d = 1024, a floor no
 implementation goes below (``flop_floor`` in each row).
 """
@@ -25,8 +25,9 @@ import sys
 
 import torch
 
-from hero.bench import flops, traffic
+from hero.bench import traffic
 from hero.bench.timing import interleaved, summary
+from hero.model import flops
 
 GOAL = 1.05
 

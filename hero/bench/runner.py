@@ -6,7 +6,7 @@ trained router (a directory written by ``hero.save_router``) or runs a forced
 routing policy (``ForcedSkip``) that skips the FFN for a given fraction of tokens at
 every routable block, so any backbone shape can be measured. Each figure comes
 with the realized skip of the measured tokens and two ideal speedups: the FLOP
-model's (``hero.bench.flops``, compute-bound) and the bytes-moved model's
+model's (``hero.model.flops``, compute-bound) and the bytes-moved model's
 (``hero.bench.traffic``, memory-bound: a weight matrix is read once if any row uses
 it). Each shape is held to the lower of the two, the ideal that applies; measured /
 ideal says how much of that saving the implementation turns into wall-clock time.
@@ -23,8 +23,9 @@ import torch
 from torch import nn
 
 import hero
-from hero.bench import flops, traffic
+from hero.bench import traffic
 from hero.bench.timing import interleaved, peak_memory, summary, synchronize
+from hero.model import flops
 from hero.model.attach import routed_blocks
 
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0

@@ -25,7 +25,7 @@ compute-bound pass, where rows are cheap to drop but weights are reused).
 
 from __future__ import annotations
 
-from hero.bench.flops import Shape
+from hero.model.flops import Shape
 
 
 def attention_weights(s: Shape) -> int:

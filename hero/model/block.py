@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -23,7 +24,20 @@ from torch.utils.checkpoint import checkpoint
 from hero.model.adapter import Adapter
 from hero.model.router import Carry, Router
 
+if TYPE_CHECKING:
+    from hero.model.intervention import Intervention
+
 GateOverride = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+class ZeroBranch(nn.Module):
+    """A skip branch that adds nothing: the skipped token keeps h̄ (the FFN sublayer becomes the identity)."""
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(u)
+
+
+ZERO_BRANCH = ZeroBranch()
 
 
 @dataclass
@@ -44,13 +58,22 @@ class RoutingContext:
     records    one BlockRecord per routable block, in depth order (reset at block 1)
     trace      when True, blocks also keep every intermediate of HERO_SPEC eq 1–16
     override   optional policy (j, gate) -> bool mask that replaces ``gate ≥ τ``
-               (benchmarks force an FFN-skip fraction with it)
+               (benchmarks force an FFN-skip fraction with it; ``hero.model.trace.forced_routing``)
+    override_gate
+               the gate the branches are scaled by under ``override``: "router" (g as computed),
+               "forced" (1 on rows forced to execute with g < τ, 0 on rows forced to skip with g ≥ τ),
+               "one" (1 on every executed row)
+    intervention
+               an evaluation-only ``hero.model.intervention.Intervention`` (forced layers, unscaled
+               FFNs, identity skip branch), or None
     """
 
     carry: Carry | None = None
     records: list[BlockRecord] = field(default_factory=list)
     trace: bool = False
     override: GateOverride | None = None
+    override_gate: str = "router"
+    intervention: Intervention | None = None
 
 
 class RoutedDecoderLayer(nn.Module):
@@ -136,21 +159,58 @@ class RoutedDecoderLayer(nn.Module):
         decision, new_carry = self.router.step(self.j, hbar_flat, carry, self.rho)
         executed = self._executed(decision.gate)
         u = base.post_attention_layernorm(hbar_flat)
-        h_out = self._branches(hbar_flat, u, decision.gate, executed).reshape(shape)
+        h_out = self._branches(hbar_flat, u, self._applied_gate(decision.gate, executed), executed).reshape(shape)
         extras = {"h_bar": hbar_flat, "u": u, **decision.extras} if self.context.trace else {}
         return h_out, decision, executed, new_carry, extras
 
     def _branches(
         self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
     ) -> torch.Tensor:
-        """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training."""
-        return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self.adapter)
+        """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training.
+
+        With ``router.straight_through`` HeRo trains through ``both_branches`` (same values, gradient for skipped
+        rows through their FFN); evaluation and generation stay single-branch.
+        """
+        config = getattr(self.router, "config", None)
+        if getattr(config, "straight_through", False) and self.training and torch.is_grad_enabled():
+            return both_branches(hbar, u, gate, executed, self.base_layer.mlp, self._skip_branch())
+        return single_branch(hbar, u, gate, executed, self.base_layer.mlp, self._skip_branch())
+
+    def _skip_branch(self) -> nn.Module:
+        """The adapter, or a zero map when an intervention makes the skip branch the identity on h̄."""
+        intervention = self.context.intervention
+        if intervention is not None and intervention.identity_adapter:
+            return ZERO_BRANCH
+        return self.adapter
 
     def _executed(self, gate: torch.Tensor) -> torch.Tensor:
-        override = self.context.override
-        if override is not None:
-            return override(self.j, gate).to(torch.bool)
-        return gate >= self.router.config.tau
+        """The rows whose FFN runs: g ≥ τ, or the override's mask; every row in a force-executed layer."""
+        ctx = self.context
+        if ctx.override is not None:
+            executed = ctx.override(self.j, gate).to(torch.bool)
+        else:
+            executed = gate >= self.router.config.tau
+        if ctx.intervention is not None and self.layer in ctx.intervention.force_execute:
+            executed = torch.ones_like(executed)
+        return executed
+
+    def _applied_gate(self, gate: torch.Tensor, executed: torch.Tensor) -> torch.Tensor:
+        """The g that eq 3 scales the branches by: the router's gate unless an override or intervention sets it.
+
+        The record (``BlockRecord.gate``, the routing statistics) keeps the router's own gate.
+        """
+        ctx = self.context
+        intervention = ctx.intervention
+        if intervention is not None and (intervention.unscaled or self.layer in intervention.force_execute):
+            return torch.where(executed, torch.ones_like(gate), gate)
+        if ctx.override is not None and ctx.override_gate != "router":
+            one = torch.ones_like(gate)
+            if ctx.override_gate == "one":
+                return torch.where(executed, one, gate)
+            natural = gate >= self.router.config.tau
+            gate = torch.where(executed & ~natural, one, gate)
+            return torch.where(~executed & natural, torch.zeros_like(gate), gate)
+        return gate
 
 
 def single_branch(
@@ -181,6 +241,26 @@ def single_branch(
     update = u.new_zeros(u.shape)
     update = update.index_copy(0, ffn_rows, ffn_out.to(u.dtype))
     update = update.index_copy(0, adapter_rows, adapter_out.to(u.dtype))
+    return hbar + update.to(hbar.dtype)
+
+
+def both_branches(
+    hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor, ffn: nn.Module, adapter: nn.Module
+) -> torch.Tensor:
+    """Eq 3 in value, both branches on every row, a straight-through threshold (training variant, beyond the paper).
+
+        m_st = m + g − sg(g),  m = 1[executed] ∈ {0, 1}
+        h    = h̄ + m_st · g · FFN(u) + (1 − m_st) · (1 − g) · Adapter(u)
+
+    m_st equals m in value, so h is ``single_branch``'s; its gradient ∂m_st/∂g = 1 gives every row's gate
+    ∂L/∂g = ⟨∂L/∂h, g·FFN(u) − (1 − g)·Adapter(u)⟩ + m·⟨∂L/∂h, FFN(u)⟩ − (1 − m)·⟨∂L/∂h, Adapter(u)⟩: a skipped
+    token learns what its FFN was worth (with the paper's rule it sees only −Adapter(u), zero at init). Costs
+    the FFN on every row in training. hbar, u: (N, d); gate: (N,); executed: (N,) bool.
+    """
+    g = gate.unsqueeze(-1)
+    m = executed.to(g.dtype).unsqueeze(-1)
+    m_st = m + (g - g.detach())
+    update = m_st * g * ffn(u) + (1.0 - m_st) * (1.0 - g) * adapter(u)
     return hbar + update.to(hbar.dtype)
 
 

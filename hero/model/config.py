@@ -34,6 +34,14 @@ class RouterConfig:
       history_control    "none"; "shuffled" accumulates the memory in a random permutation
                          of the routable depth order; "random" replaces the read c_j by noise
                          with the running mean and variance of real reads.
+    Training variants beyond the paper (default: the paper's rule, and then absent from the config hash):
+      layer_gate_bias    True adds a learned bias β_j per routable block to the gate logit,
+                         g_j = σ(a_j + b_j + β_j), β_j = 0 at init: the router, shared across layers,
+                         otherwise sees layer identity only through r_j and q_rem_j (eq 4).
+      straight_through   True trains with both branches (``hero.model.block.both_branches``): the FFN and
+                         the adapter run on every row and the threshold m = 1[g ≥ τ] passes a
+                         straight-through gradient (∂m/∂g = 1), so a skipped token's gate learns what
+                         its FFN was worth; the forward values are eq 3's. Inference stays single-branch.
     """
 
     position_state: bool = True
@@ -54,6 +62,8 @@ class RouterConfig:
     forget: str = "learned"
     history_control: str = "none"
     gate_bias_init: float = 3.0
+    layer_gate_bias: bool = False
+    straight_through: bool = False
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -74,7 +84,14 @@ class RouterConfig:
                 "router.local_head_hidden='matched' matches full HeRo's parameter count with "
                 "the history branch off; it needs router.history_branch=false"
             )
-        for name in ("position_state", "aux_state", "history_branch", "memory_read"):
+        for name in (
+            "position_state",
+            "aux_state",
+            "history_branch",
+            "memory_read",
+            "layer_gate_bias",
+            "straight_through",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise HeRoConfigError(f"router.{name}={getattr(self, name)!r}: must be true or false")
         if not 0.0 < self.tau < 1.0:

@@ -121,6 +121,9 @@ class Router(nn.Module):
             self.W_c = nn.Linear(c.memory_dim, c.memory_dim, bias=False)
             # a = f_θ([s ; c ; ν])  (eq 14)
             self.history_head = mlp(c.state_dim + c.memory_dim + 1, c.head_hidden, 1)
+        if c.layer_gate_bias:
+            # β_j: one learned gate-logit bias per routable block (a variant beyond the paper), 0 at init
+            self.layer_bias = nn.Parameter(torch.zeros(num_routable))
         self.reset_parameters()
 
     @torch.no_grad()
@@ -232,7 +235,10 @@ class Router(nn.Module):
                     S, zeta = carry.S, carry.zeta
             p_hist = torch.sigmoid(a / c.T_hist)
             m_hist = carry.m_hist * p_hist
-            gate = torch.sigmoid(a + b)
+            logit = a + b
+            if c.layer_gate_bias:
+                logit = logit + self.layer_bias[j - 1]
+            gate = torch.sigmoid(logit)
         decision = Decision(gate, a, b, p_hist, m_hist, x_path, read, nu)
         new_carry = Carry(prev_hbar=hbar, prev_delta=delta, S=S, zeta=zeta, p_hist=p_hist, m_hist=m_hist)
         return decision, new_carry

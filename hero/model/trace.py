@@ -10,6 +10,7 @@ from torch import nn
 
 from hero.model.attach import routed_blocks
 from hero.model.block import BlockRecord, GateOverride
+from hero.model.config import HeRoConfigError
 
 TRACE_FIELDS = (
     "h_bar",
@@ -63,12 +64,34 @@ def last_records(model: nn.Module) -> list[BlockRecord]:
     return routed_blocks(model)[0].context.records
 
 
+OVERRIDE_GATES = ("router", "forced", "one")
+
+
 @contextmanager
-def forced_routing(model: nn.Module, policy: GateOverride) -> Iterator[None]:
-    """Replace ``gate ≥ τ`` by ``policy(j, gate) -> bool mask`` inside the block (benchmarks, controls)."""
+def forced_routing(model: nn.Module, policy: GateOverride, gate: str = "router") -> Iterator[None]:
+    """Replace ``gate ≥ τ`` by ``policy(j, gate) -> bool mask`` inside the block (benchmarks, controls).
+
+    The policy chooses which rows run the FFN; ``gate`` chooses the g that eq 3 then scales the two
+    branches by (h̄ + g·FFN(u) on executed rows, h̄ + (1 − g)·Adapter(u) on skipped ones):
+
+      "router"  g as the router computed it, on every row (the default, and what timing benchmarks
+                want). A row forced to execute with g < τ is scaled by less than τ = 0.5, and a row
+                forced to skip with g ≥ τ gets less than half the adapter: a quality diagnostic
+                built on this mixes the routing change with a scaling change.
+      "forced"  rows where the policy overrides the router take the hard gate: g = 1 on rows forced
+                to execute (g < τ), g = 0 on rows forced to skip (g ≥ τ: the full adapter). Rows where
+                the policy agrees with the router keep their g.
+      "one"     g = 1 on every executed row (the FFN output unscaled, as in the dense model); skipped
+                rows keep (1 − g)·Adapter(u).
+
+    The routing records (``last_records``, ``routing_trace``) keep the router's own gate either way.
+    """
+    if gate not in OVERRIDE_GATES:
+        raise HeRoConfigError(f"forced_routing gate={gate!r}: allowed values are {', '.join(OVERRIDE_GATES)}")
     ctx = routed_blocks(model)[0].context
-    previous, ctx.override = ctx.override, policy
+    previous = ctx.override, ctx.override_gate
+    ctx.override, ctx.override_gate = policy, gate
     try:
         yield
     finally:
-        ctx.override = previous
+        ctx.override, ctx.override_gate = previous

@@ -24,13 +24,30 @@ Norms, rotary embeddings, activations and residual additions are left out on bot
 sides (they are the same for dense and routed, apart from the router's own few
 element-wise passes, which the 6·d term stands for). Ideal speedup = dense FLOPs /
 routed FLOPs of the same run, with the realized number of skipped (token, layer) pairs.
+
+A baseline policy (``hero.baselines``) states its own router cost as ``flops_per_token(shape, j)``;
+SkipGPT-RT's router, RMS normalisation and Linear(d, 2) per layer, is ``skipgpt_router_flops``.
+
+**Net compute skip** (``net_compute``): the paper's parameter skip charges neither the router nor
+the adapter. Per token, with the per-layer FFN execution rates e_ℓ of a run,
+
+    backbone      = L·(attention projections + FFN) + attention core at c̄ keys + LM head
+    ffn_saved     = Σ_ℓ routable (1 − e_ℓ)·FFN
+    adapter       = Σ_ℓ routable (1 − e_ℓ)·Adapter          (0 for a method without adapters)
+    router        = Σ_j router_j                              (every token, every routable block)
+    net_compute_rate = (ffn_saved − router − adapter) / backbone
+
+c̄ = (T + 1)/2 is the mean number of keys a token attends in a causal sequence of the stated
+context length T (the run's ``data.max_length``); one LM-head row per token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hero.model.attach import routed_blocks
 from hero.model.config import RouterConfig
 
 
@@ -142,3 +159,81 @@ def breakdown(
         "router": tokens * sum(router_flops(s, config, j, num_routable) for j in range(1, num_routable + 1)),
         "ideal_speedup": dense / routed,
     }
+
+
+def skipgpt_router_flops(s: Shape, hidden: int | None = None) -> int:
+    """Per token and routable block: SkipGPT-RT's router, RMS normalisation (≈ 3·d) and Linear(d, 2) with bias;
+    with ``hidden`` the official Linear(d, hidden) + ReLU + Linear(hidden, 2)."""
+    d = s.hidden
+    if hidden is None:
+        return 3 * d + 2 * d * 2 + 2
+    return 3 * d + 2 * d * hidden + hidden + 2 * hidden * 2 + 2
+
+
+def backbone_flops_per_token(s: Shape, context_length: int) -> dict:
+    """Dense FLOPs per token by part, attention core at the mean causal context of ``context_length``."""
+    keys = (context_length + 1) / 2
+    parts = {
+        "attention_proj": s.layers * attention_proj_flops(s),
+        "attention_core": s.layers * 2 * 2 * s.heads * s.head_dim * keys,
+        "ffn": s.layers * ffn_flops(s),
+        "lm_head": lm_head_flops(s),
+    }
+    return {**parts, "total": sum(parts.values()), "mean_keys": keys}
+
+
+def net_compute(
+    s: Shape,
+    per_layer_ffn_rate: Mapping[str, float],
+    router_per_block: Sequence[float],
+    adapter_dim: int | None,
+    context_length: int,
+) -> dict:
+    """The ``skip.compute`` section of a record and its ``net_compute_rate`` (module docstring), per token.
+
+    ``per_layer_ffn_rate``: {layer: execution rate} of the routable layers (the record's); ``router_per_block``:
+    router FLOPs per token at each routable block; ``adapter_dim``: the adapters' bottleneck, None without.
+    """
+    backbone = backbone_flops_per_token(s, context_length)
+    skipped = sum(1.0 - float(rate) for rate in per_layer_ffn_rate.values())
+    ffn_saved = skipped * ffn_flops(s)
+    adapter = skipped * adapter_flops(s, adapter_dim) if adapter_dim else 0.0
+    router = float(sum(router_per_block))
+    return {
+        "net_compute_rate": (ffn_saved - router - adapter) / backbone["total"],
+        "compute": {
+            "unit": "FLOPs per token (1 multiply-add = 2)",
+            "context_length": context_length,
+            "shape": dataclasses.asdict(s),
+            "backbone": backbone,
+            "ffn_saved": ffn_saved,
+            "router": router,
+            "adapter": adapter,
+            "router_share": router / backbone["total"],
+            "adapter_share": adapter / backbone["total"],
+            "ffn_saved_share": ffn_saved / backbone["total"],
+        },
+    }
+
+
+def model_router_flops(model, s: Shape) -> list[int]:
+    """Router FLOPs per token at each routable block of a routed model (HeRo's router or a baseline policy)."""
+    router = model.hero_router
+    n = router.num_routable
+    own = getattr(router, "flops_per_token", None)
+    if own is not None:
+        return [own(s, j) for j in range(1, n + 1)]
+    return [router_flops(s, router.config, j, n) for j in range(1, n + 1)]
+
+
+def model_adapter_dim(model) -> int | None:
+    """The adapters' bottleneck width of a routed model, None when its skip branch has no adapter."""
+    adapter = routed_blocks(model)[0].adapter
+    w1 = getattr(adapter, "W1", None)
+    return w1.out_features if w1 is not None else None
+
+
+def model_net_compute(model, per_layer_ffn_rate: Mapping[str, float], context_length: int) -> dict:
+    """``net_compute`` of a routed model, its shape, router and adapters read from the model itself."""
+    s = Shape.from_config(model.config)
+    return net_compute(s, per_layer_ffn_rate, model_router_flops(model, s), model_adapter_dim(model), context_length)
