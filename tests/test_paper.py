@@ -204,3 +204,52 @@ def test_chance_normalised_retain_by_hand():
     assert chance_normalised(run, dense, {"own": "acc"}, CHANCE, "dense") is None
     with pytest.raises(RetainError, match="run has no piqa.acc"):
         chance_normalised({}, dense, primary, {"piqa": 0.5}, "dense")
+
+
+def test_the_pipeline_records_chance_normalised_retain_only_for_suites_with_chance_levels():
+    from types import SimpleNamespace
+
+    from hero.pipeline import _retain_chance
+    from hero.records import RunRecord
+
+    cfg = compose_train(["eval=paper7_cpu"])
+    meta = {
+        "primary_metric": {"piqa": "acc", "hellaswag": "acc_norm"},
+        "tasks": {"piqa": {"lm_eval_task": "piqa"}, "hellaswag": {"lm_eval_task": "hellaswag"}},
+    }
+    run = {"piqa": {"acc": 0.6}, "hellaswag": {"acc_norm": 0.25}}
+    baseline = {"eval": {"piqa": {"acc": 0.7}, "hellaswag": {"acc_norm": 0.45}}, "source": "x"}
+    out = _retain_chance(cfg, SimpleNamespace(reference=False), run, meta, baseline)
+    assert out["per_task"] == pytest.approx({"piqa": 50.0, "hellaswag": 0.0}) and out["value"] == pytest.approx(25.0)
+    assert _retain_chance(cfg, SimpleNamespace(reference=True), run, meta, baseline) is None
+    tiny = compose_train([])
+    own = {
+        "primary_metric": {"fact_recall": "acc"},
+        "tasks": {"fact_recall": {"lm_eval_task": "hero_tiny_fact_recall"}},
+    }
+    assert _retain_chance(tiny, SimpleNamespace(reference=False), {}, own, baseline) is None
+    record = RunRecord("completed", "hero", "full", "tiny", 42, 0.001, "second_half", 64, "h")
+    assert "retain_chance" not in record.to_dict()  # old records are unchanged
+    record.retain_chance = out
+    assert RunRecord.from_dict(record.to_dict()).retain_chance == out
+
+
+def test_the_report_has_a_chance_normalised_column_only_when_records_carry_it(tmp_path):
+    import csv
+
+    from analysis.report import main as report_main
+    from analysis.synthetic import RunSpec, write_run
+
+    def runs(root, extra):
+        for seed in (42, 43):
+            write_run(root, RunSpec(scores={"piqa": 0.66}, skip=0.0, method="dense", variant="dense", seed=seed))
+            write_run(root, RunSpec(scores={"piqa": 0.58}, skip=0.3, seed=seed, extra=extra(seed)))
+
+    runs(tmp_path / "with", lambda s: {"retain_chance": {"value": 40.0 + s - 42, "baseline": "dense"}})
+    runs(tmp_path / "without", lambda s: {})
+    for name in ("with", "without"):
+        assert report_main([str(tmp_path / name), "--out", str(tmp_path / f"{name}_out"), "--no-plots"]) == 0
+    rows = list(csv.DictReader((tmp_path / "with_out" / "groups.csv").open()))
+    assert [float(r["retain_chance.mean"]) for r in rows if r["method"] == "hero"] == [40.5]
+    header = (tmp_path / "without_out" / "groups.csv").read_text().splitlines()[0]
+    assert "retain_chance" not in header
