@@ -269,3 +269,17 @@ def test_the_report_has_a_chance_normalised_column_only_when_records_carry_it(tm
     assert [float(r["retain_chance.mean"]) for r in rows if r["method"] == "hero"] == [40.5]
     header = (tmp_path / "without_out" / "groups.csv").read_text().splitlines()[0]
     assert "retain_chance" not in header
+
+
+@needs_wheel
+def test_extended9_keeps_lm_evals_other_tasks_beside_the_wheel_ones(tmp_path):
+    """extended9's GSM8K and HumanEval come from lm-eval's defaults; its paper tasks from the wheel (an include
+    path wins over a default task of the same name)."""
+    from hero.evaluation.suites import _task_manager
+
+    cfg = compose_train(["eval=extended9"]).eval
+    manager = _task_manager(cfg, task_specs(cfg), None, None, tmp_path)
+    assert {"gsm8k_cot_llama", "humaneval_instruct", "arc_easy"} <= set(manager.all_tasks)
+    assert manager.load(["arc_easy"])["tasks"]["arc_easy"].config.dataset_path == "arrow"
+    paper7 = compose_train(["eval=paper7"]).eval
+    assert "gsm8k_cot_llama" not in _task_manager(paper7, task_specs(paper7), None, None, tmp_path / "p").all_tasks
