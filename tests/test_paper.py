@@ -162,6 +162,13 @@ def test_paper_fingerprint_names_the_data_source(monkeypatch):
     assert suite_fingerprint(cpu) == wheel
     monkeypatch.setattr(paper, "data_source", lambda: None)
     assert suite_fingerprint(cpu) != wheel
+    import hashlib
+    import json
+
+    from hero.evaluation.suites import LM_EVAL_VERSION, spec_dict
+
+    hub = json.dumps({"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(cpu)]}, sort_keys=True)
+    assert suite_fingerprint(cpu) == hashlib.sha256(hub.encode()).hexdigest()[:12]  # as before the wheel existed
 
 
 @pytest.fixture(scope="module")

@@ -131,8 +131,8 @@ def check_config(eval_cfg) -> None:
 def suite_fingerprint(eval_cfg) -> str:
     """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match."""
     content = {"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(eval_cfg)]}
-    if eval_cfg.suite in PAPER_SUITES:
-        content["data"] = _data_identity()
+    if eval_cfg.suite in PAPER_SUITES and (identity := _data_identity()) is not None:
+        content["data"] = identity  # hub rows (no wheel) keep the fingerprint they always had
     payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
