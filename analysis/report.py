@@ -6,7 +6,8 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
 * ``table{1..4}_<name>.{md,csv,tex}`` and ``…_paired.csv`` — the paper's Tables 1–4
   (``analysis.tables``), each with its named Retain baseline and task set;
 * ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``),
-  including runs without task scores (skip statistics only);
+  including runs without task scores (skip statistics only), and ``retain_chance`` (chance-normalised
+  Retain as each run recorded it, ``hero.evaluation.retain.chance_normalised``) when records carry it;
 * ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv``, ``skip_adjusted.csv`` —
   quality–cost curves, comparisons at matched skip (by default at the reference curve's
   points, or at the calibration targets when runs used ``alpha=calibrated``), areas between
@@ -283,7 +284,13 @@ def run_report(args: argparse.Namespace) -> dict:
     scored = with_retain(frame, curve_base)
     task_cols = list(dict.fromkeys(f"score.{t}" for b in curve_base.values() for t in b.tasks))
     scored = scored.with_columns(*(pl.col(c) * 100.0 for c in task_cols))
-    groups = summarize(scored.with_columns(skip_pct), ["skip", "retain", *task_cols], level=args.level)
+    # Chance-normalised Retain as the run recorded it (against its dense baseline): a column only when records carry it.
+    chance_cols = ["retain_chance"] if "retain_chance.value" in scored.columns else []
+    if chance_cols:
+        scored = scored.with_columns(
+            pl.col("retain_chance.value").cast(pl.Float64, strict=False).alias("retain_chance")
+        )
+    groups = summarize(scored.with_columns(skip_pct), ["skip", "retain", *chance_cols, *task_cols], level=args.level)
     named = _baseline_columns(curve_base, runs.tasks)
     files.append(_csv(named(groups), out / "groups.csv"))
 

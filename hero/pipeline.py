@@ -32,7 +32,7 @@ from hero.data import SFTDataset, collate, load_conversations, tokenize_conversa
 from hero.data.sft import check_data
 from hero.distributed import init_distributed, world
 from hero.errors import ConfigError
-from hero.evaluation import RetainError, evaluate_suite, retain, suite_fingerprint
+from hero.evaluation import CHANCE, RetainError, chance_normalised, evaluate_suite, retain, suite_fingerprint
 from hero.evaluation import check_config as check_eval_config
 from hero.evaluation.routing import wandb_gate_histograms
 from hero.model import RouterConfig
@@ -271,6 +271,7 @@ def score(cfg, method, prepared, record: RunRecord, baseline, backbone, bed, lay
         record.baseline, record.knob = prepared.record, prepared.record["knob"]["value"]
         record.knob_name = prepared.record["knob"]["name"]
     record.retain = _retain(cfg, method, record.eval, record.eval_meta, baseline)
+    record.retain_chance = _retain_chance(cfg, method, record.eval, record.eval_meta, baseline)
     record.skip, record.rho = method.statistics(
         prepared, lambda: _routing_batches(cfg, tokenizer, bed), bed.token_classes if bed is not None else None
     )
@@ -308,6 +309,19 @@ def _retain(cfg, method, scores, meta, baseline) -> dict | None:
         }
     value["baseline_source"] = baseline["source"]
     return value
+
+
+def _retain_chance(cfg, method, scores, meta, baseline) -> dict | None:
+    """Chance-normalised Retain over the suite's tasks with a known chance level (None: no such task)."""
+    if cfg.eval.suite == "none" or method.reference:
+        return None
+    tasks = meta.get("tasks", {})
+    chance = {t: CHANCE[s["lm_eval_task"]] for t, s in tasks.items() if s["lm_eval_task"] in CHANCE}
+    try:
+        return chance_normalised(scores, baseline["eval"], meta["primary_metric"], chance, cfg.eval.baseline)
+    except RetainError as err:
+        print(f"warning: no chance-normalised Retain for this run: {err}", flush=True)
+        return None
 
 
 def _baseline_path(cfg, backbone, cache_root) -> Path:

@@ -22,6 +22,10 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
     eval            dict       {task: {metric: value}}
     eval_meta       dict       suite, primary metric per task, lm_eval version, limit, fingerprint, times
     retain          dict       value (x100), baseline (named), tasks, metrics, baseline_source
+    retain_chance   dict       optional: chance-normalised Retain (x100), (score − chance) / (baseline − chance) per
+                               task and averaged, over tasks with a known chance level (the paper suites;
+                               ``hero.evaluation.retain.chance_normalised``): value, baseline, tasks, chance,
+                               per_task, undefined
     train           dict       final_loss, final_lm_loss, final_skip_loss, steps, tokens, ... (None: untrained)
     skip            dict       param_rate (share of backbone parameters skipped, per token, 0-1),
                                ffn_execution_rate (share of routable FFN calls that ran), per_layer_ffn_rate,
@@ -64,6 +68,7 @@ from pathlib import Path
 from hero.results import SCHEMA_VERSION, git_commit, now_iso, versions, write_atomic
 
 OPTIONAL = (
+    "retain_chance",
     "baseline",
     "knob",
     "knob_name",
@@ -96,6 +101,7 @@ class RunRecord:
     eval: dict | None = None
     eval_meta: dict | None = None
     retain: dict | None = None
+    retain_chance: dict | None = None
     train: dict | None = None
     skip: dict | None = None
     rho: dict | None = None

