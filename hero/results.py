@@ -50,11 +50,34 @@ def _drop(cfg: dict, dotted: str) -> None:
         del cfg[head]
 
 
+# Keys added after records were committed, with the value that computes what the code did before they
+# existed: at that value a key is left out of the hash, so every earlier record keeps its hash; any
+# other value is hashed. A speed option that changes float order only still names a different run.
+DEFAULTED_KEYS: dict[str, Any] = {
+    "trainer.labelled_logits": False,
+    "trainer.pad_waste": 1.0,
+}
+
+
+def _lookup(cfg: dict, dotted: str) -> tuple[bool, Any]:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
 def config_hash(config: dict) -> str:
-    """Stable 16-hex hash of a resolved config, ignoring run-local keys (output dirs, logger, force)."""
+    """Stable 16-hex hash of a resolved config, ignoring run-local keys (output dirs, logger, force)
+    and the ``DEFAULTED_KEYS`` that hold their default value."""
     cfg = json.loads(json.dumps(config, sort_keys=True, default=str))
     for key in RUN_LOCAL_KEYS:
         _drop(cfg, key)
+    for key, default in DEFAULTED_KEYS.items():
+        found, value = _lookup(cfg, key)
+        if found and value == default and type(value) is type(default):
+            _drop(cfg, key)
     blob = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -23,12 +23,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from hero.data import SFTDataset, collate
+from hero.data import SFTDataset
 from hero.distributed import all_mean, allreduce_gradients, world
 from hero.errors import ConfigError
-from hero.model import last_records
-from hero.objectives import SkipMeter, prediction_positions, skip_loss
+from hero.objectives import SkipMeter
 from hero.preemption import register_checkpoint_fn
+from hero.update import micro_batch_loss
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("linear", "cosine", "constant")
@@ -77,6 +77,11 @@ def check_config(tcfg) -> None:
         raise TrainingConfigError(f"trainer.warmup_frac={tcfg.warmup_frac!r}: must lie in [0, 1)")
     if tcfg.precision not in PRECISIONS:
         raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
+    if not isinstance(tcfg.get("labelled_logits", False), bool):
+        raise TrainingConfigError(f"trainer.labelled_logits={tcfg.get('labelled_logits')!r}: must be true or false")
+    pad_waste = tcfg.get("pad_waste", 1.0)
+    if isinstance(pad_waste, bool) or not isinstance(pad_waste, int | float) or not 0 <= pad_waste <= 1:
+        raise TrainingConfigError(f"trainer.pad_waste={pad_waste!r}: must be a number in [0, 1] (1 = no bucketing)")
     if tcfg.schedule not in SCHEDULES:
         raise TrainingConfigError(f"trainer.schedule={tcfg.schedule!r}: allowed values are {', '.join(SCHEDULES)}")
 
@@ -158,6 +163,7 @@ def fit(
     checkpoint_dir = Path(checkpoint_dir)
     start_step, tokens = load_latest(checkpoint_dir, named, optimizer, scheduler)
     pad_id = dataset.tokenizer.pad_token_id
+    labelled_logits, pad_waste = bool(tcfg.get("labelled_logits", False)), float(tcfg.get("pad_waste", 1.0))
     model.train()
     history: list[dict] = []
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
@@ -182,23 +188,15 @@ def fit(
         step_tokens = 0
         for micro in range(accum):
             lo = batch_start + micro * tcfg.micro_batch
-            batch = collate([dataset[i] for i in order[lo : lo + tcfg.micro_batch]], pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
+            items = [dataset[i] for i in order[lo : lo + tcfg.micro_batch]]
             with autocast_context(tcfg.precision, device):
-                out = model(**batch, use_cache=False)
-                lm_loss = out.loss.float()
-                if routed:
-                    records = last_records(model)
-                    l_skip = (regularizer or skip_loss)(
-                        [r.gate for r in records], prediction_positions(batch["attention_mask"])
-                    )
-                else:
-                    l_skip = torch.zeros((), device=device)
-                loss = lm_loss + alpha * l_skip
+                loss, lm_loss, l_skip, records, attention_mask = micro_batch_loss(
+                    model, items, pad_id, device, alpha, routed, regularizer, labelled_logits, pad_waste
+                )
             (loss / accum).backward()
             if routed:
-                step_meter.update(records, batch["attention_mask"])
-            step_tokens += int(batch["attention_mask"].sum())
+                step_meter.update(records, attention_mask)
+            step_tokens += int(attention_mask.sum())
             for key, value in (("loss", loss), ("lm_loss", lm_loss), ("skip_loss", l_skip)):
                 sums[key] += float(value.detach()) / accum
         if world_size > 1:
