@@ -36,6 +36,7 @@ RUN_LOCAL_KEYS = (
     "calibration.file",
     "trainer.checkpoint_every",
     "trainer.progress",
+    "trainer.prefix_cache_dir",
 )
 
 
@@ -56,6 +57,7 @@ def _drop(cfg: dict, dotted: str) -> None:
 DEFAULTED_KEYS: dict[str, Any] = {
     "trainer.labelled_logits": False,
     "trainer.pad_waste": 1.0,
+    "trainer.prefix_cache": False,
 }
 
 

@@ -17,10 +17,16 @@ the same loss and the same routing decisions, up to float summation order:
 
 Nothing below the first routable layer trains for a routed method, and autograd already does not
 record it (no input of those layers requires grad: ``tests/test_update.py`` checks it), so no
-``no_grad`` is needed to keep its activations out of memory. Its *compute* can be saved only by
-not running it: ``prefix_states`` computes the hidden states entering layer k once per sample, and
-``micro_batch_loss(prefix=...)`` runs layers k… on them (``layers_from``); the training benchmark
-measures what that would save (``hero.bench.train``).
+``no_grad`` is needed to keep its activations out of memory. Its *compute* is saved only by not
+running it: ``prefix_cache`` (``cached_prefix_states``) computes the hidden states entering the first
+routable layer k once per sample (unpadded, under the run's autocast) and keeps them on disk per
+(prefix weights, samples' tokens, k, precision), and ``micro_batch_loss(prefix=...)`` runs layers k…
+on them (``layers_from``). One run sees each sample once, so the cache pays from the second run on
+the same data (seeds, variants, α values, calibration trials).
+
+Stochastic training rules (SkipGPT-RT's Gumbel noise, random_skip's draws) draw their noise per
+token of the tensors they see: sub-batches (``pad_waste < 1``) lay the tokens out differently, so
+their draws differ (same distribution); HeRo's routing is deterministic and unaffected.
 """
 
 from __future__ import annotations
@@ -214,3 +220,63 @@ def micro_batch_loss(
     else:
         l_skip = torch.zeros((), device=device)
     return lm_loss + alpha * l_skip, lm_loss, l_skip, records, full["attention_mask"]
+
+
+def frozen_prefix_end(model: nn.Module) -> int:
+    """Index of the first routable decoder layer, when nothing below it trains; a ``ValueError`` otherwise."""
+    from hero.model.block import RoutedDecoderLayer
+
+    decoder, _ = causal_lm_parts(model)
+    layers = list(decoder.layers)
+    first = next((i for i, layer in enumerate(layers) if isinstance(layer, RoutedDecoderLayer)), None)
+    if first is None:
+        raise ValueError("the model has no routable layer, so there is no frozen prefix to cache")
+    below = [decoder.embed_tokens, *layers[:first]]
+    trained = [n for module in below for n, p in module.named_parameters() if p.requires_grad]
+    if trained:
+        raise ValueError(f"parameters below the first routable layer {first} train ({trained[0]}, ...)")
+    return first
+
+
+def prefix_key(model: nn.Module, items: Sequence[dict], first: int, precision: str) -> str:
+    """Hash of what the cached states depend on: the prefix's weights, every sample's tokens, k, the precision."""
+    import hashlib
+
+    decoder, _ = causal_lm_parts(model)
+    digest = hashlib.sha256(f"{first}:{precision}:{torch.__version__}".encode())
+    for module in (decoder.embed_tokens, *list(decoder.layers)[:first]):
+        for name, tensor in sorted(module.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    for item in items:
+        digest.update(torch.tensor(item["input_ids"], dtype=torch.int64).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def cached_prefix_states(
+    model: nn.Module, items: Sequence[dict], first: int, directory, precision: str, autocast
+) -> list[torch.Tensor]:
+    """``prefix_states`` of every sample, read from ``<directory>/<prefix_key>.pt`` or computed and written there.
+
+    The states are computed under the training's autocast (``autocast``: a context factory), so a
+    bf16 run caches bf16-autocast states; the file is written atomically (temp file + rename).
+    """
+    import os
+    from pathlib import Path
+
+    directory = Path(directory)
+    path = directory / f"{prefix_key(model, items, first, precision)}.pt"
+    if path.is_file():
+        return torch.load(path, map_location=next(model.parameters()).device, weights_only=True)
+    was_training = model.training
+    model.eval()
+    try:
+        with autocast():
+            states = prefix_states(model, items, first)
+    finally:
+        model.train(was_training)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{path.name}.tmp-{os.getpid()}"
+    torch.save([s.cpu() for s in states], tmp)
+    os.replace(tmp, path)
+    return states

@@ -29,10 +29,13 @@ def test_length_groups_bound_the_padding_and_keep_every_sample():
 def test_new_trainer_keys_leave_the_hash_at_their_defaults():
     base = OmegaConf.to_container(compose_train([]), resolve=False)
     without = json.loads(json.dumps(base))
-    for key in ("labelled_logits", "pad_waste"):
+    for key in ("labelled_logits", "pad_waste", "prefix_cache", "prefix_cache_dir"):
         del without["trainer"][key]
     assert config_hash(base) == config_hash(without)
-    for key, value in (("labelled_logits", True), ("pad_waste", 0.1)):
+    moved = json.loads(json.dumps(base))
+    moved["trainer"]["prefix_cache_dir"] = "/elsewhere"
+    assert config_hash(moved) == config_hash(base)
+    for key, value in (("labelled_logits", True), ("pad_waste", 0.1), ("prefix_cache", True)):
         changed = json.loads(json.dumps(base))
         changed["trainer"][key] = value
         assert config_hash(changed) != config_hash(base)
@@ -43,6 +46,7 @@ def test_new_trainer_keys_leave_the_hash_at_their_defaults():
     [
         ("trainer.pad_waste=2", r"trainer.pad_waste=2: must be a number in \[0, 1\]"),
         ("trainer.labelled_logits=yes", "trainer.labelled_logits='yes': must be true or false"),
+        ("trainer.prefix_cache=1", "trainer.prefix_cache=1: must be true or false"),
     ],
 )
 def test_bad_speed_options_fail_before_compute(micro_overrides, tmp_path, override, message):
@@ -94,6 +98,27 @@ def test_each_option_alone_matches_the_plain_loss(micro_overrides, tmp_path):
         other = _record(overrides + [option], tmp_path, name)
         assert other["train"]["final_loss"] == pytest.approx(plain["train"]["final_loss"], rel=1e-5), name
         assert other["skip"]["per_layer_ffn_rate"] == plain["skip"]["per_layer_ffn_rate"], name
+
+
+def test_prefix_cache_trains_the_same_run_and_is_read_back(built, tmp_path, monkeypatch):
+    """The hidden states entering the first routable layer, computed once and cached on disk, give the plain
+    run's losses and routing; a second run reads the file instead of running the prefix."""
+    overrides = built + ["eval=none", "trainer.max_steps=3", "trainer.micro_batch=4"]
+    cache = tmp_path / "prefix"
+    option = ["trainer.prefix_cache=true", f"trainer.prefix_cache_dir={cache}", "trainer.pad_waste=0.05"]
+    plain = _record(overrides, tmp_path, "plain")
+    cached = _record(overrides + option, tmp_path, "cached")
+    assert len(list(cache.glob("*.pt"))) == 1
+    for key in ("final_loss", "final_lm_loss", "final_skip_loss"):
+        assert cached["train"][key] == pytest.approx(plain["train"][key], rel=1e-5, abs=1e-7)
+    assert cached["skip"]["per_layer_ffn_rate"] == plain["skip"]["per_layer_ffn_rate"]
+    import hero.update as update
+
+    monkeypatch.setattr(update, "prefix_states", lambda *a, **k: pytest.fail("the cached prefix was recomputed"))
+    again = _record(overrides + option + ["seed=43"], tmp_path, "again")
+    assert again["train"]["steps"] == 3
+    with pytest.raises(ConfigError, match="trainer.prefix_cache=true needs a frozen prefix"):
+        run(compose_train(overrides + option + ["method=lora"]), run_dir=tmp_path / "lora")
 
 
 def test_autograd_does_not_record_the_frozen_prefix(micro_overrides, tmp_path, monkeypatch):

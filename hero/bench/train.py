@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hero.bench import flops
 from hero.bench.runner import ForcedSkip
-from hero.bench.timing import summary, synchronize
+from hero.bench.timing import CLOCKS, summary, synchronize
 from hero.errors import ConfigError
 
 PHASES = ("prefix", "routable_fwd", "head_fwd", "head_bwd", "routable_bwd", "optimizer", "other")
@@ -47,8 +47,9 @@ VARIANT_KEYS = ("labelled_logits", "pad_waste", "precision", "ffn_skip", "prefix
 class PhaseClock:
     """Clock marks inside one update; each mark closes the segment since the previous one with a phase name."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clock: str = "process"):
         self.device = device
+        self.now = CLOCKS[clock]
         self.totals = dict.fromkeys(PHASES, 0.0)
         self.last = self.begin = 0.0
         self.previous = "other"
@@ -57,11 +58,11 @@ class PhaseClock:
         self.totals = dict.fromkeys(PHASES, 0.0)
         self.previous = "other"
         synchronize(self.device)
-        self.last = self.begin = time.perf_counter()
+        self.last = self.begin = self.now()
 
     def mark(self, phase: str) -> None:
         synchronize(self.device)
-        now = time.perf_counter()
+        now = self.now()
         self.totals[phase] += now - self.last
         self.last = now
         self.previous = phase
@@ -162,6 +163,8 @@ def ideal_flops(shape: flops.Shape, router_cfg, adapter_dim: int, items, first: 
 
 
 def check(cfg: DictConfig) -> None:
+    if cfg.clock not in CLOCKS:
+        raise ConfigError(f"clock={cfg.clock!r}: allowed values are {', '.join(CLOCKS)}")
     if cfg.data not in ("standin", "bed"):
         raise ConfigError(f"data={cfg.data!r}: allowed values are standin, bed")
     if not cfg.variants:
@@ -228,7 +231,7 @@ def run(cfg: DictConfig) -> dict:
         for u, batch in enumerate(batches):
             states[u] = prefix_states(model, batch, first)
 
-    clock = PhaseClock(device)
+    clock = PhaseClock(device, cfg.clock)
     handles = install_hooks(model, clock, first)
     optimizers = {name: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01) for name in cfg.variants}
     padded = {}
@@ -325,6 +328,7 @@ def run(cfg: DictConfig) -> dict:
         "global_batch": cfg.global_batch,
         "routable_layers": model.hero_layers,
         "threads": threads,
+        "clock": cfg.clock,
         "sgemm_gflops": peak / 1e9,
         "load_average_during": {"min": min(load), "median": statistics.median(load), "max": max(load)},
         "cpu_flags": _cpu_flags(),
@@ -372,7 +376,7 @@ def _print(out: dict, names: list[str]) -> None:
     print(
         f"hero.bench train: SmolLM2-135M, {out['data']} data, {out['global_batch']} samples/update, "
         f"routable {out['routable_layers'][0]}-{out['routable_layers'][-1]}, {out['threads']} thread(s), "
-        f"SGEMM {out['sgemm_gflops']:.1f} GFLOP/s, load {out['load_average_during']['median']:.2f}",
+        f"{out['clock']} clock, SGEMM {out['sgemm_gflops']:.1f} GFLOP/s, load {out['load_average_during']['median']:.2f}",
         flush=True,
     )
     head = (
