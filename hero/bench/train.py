@@ -165,8 +165,8 @@ def ideal_flops(shape: flops.Shape, router_cfg, adapter_dim: int, items, first: 
 def check(cfg: DictConfig) -> None:
     if cfg.clock not in CLOCKS:
         raise ConfigError(f"clock={cfg.clock!r}: allowed values are {', '.join(CLOCKS)}")
-    if cfg.data not in ("standin", "bed"):
-        raise ConfigError(f"data={cfg.data!r}: allowed values are standin, bed")
+    if cfg.samples not in ("standin", "bed"):
+        raise ConfigError(f"samples={cfg.samples!r}: allowed values are standin, bed")
     if not cfg.variants:
         raise ConfigError("variants: at least one variant is needed")
     for name, variant in cfg.variants.items():
@@ -197,7 +197,7 @@ def run(cfg: DictConfig) -> dict:
     torch.manual_seed(cfg.seed)
     device = torch.device("cpu")
     start_wall = time.time()
-    if cfg.data == "bed":
+    if cfg.samples == "bed":
         bed = ensure_smollm2(cfg.cache)
         backbone_dir = bed.backbone_dir
     else:
@@ -210,7 +210,7 @@ def run(cfg: DictConfig) -> dict:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(str(backbone_dir), dtype=torch.float32)
     router_cfg = RouterConfig(**OmegaConf.to_container(cfg.router, resolve=True))
-    hero.attach(model, cfg.layers, router_cfg)
+    hero.attach(model, cfg.layer_set, router_cfg)
     model.train()
     first = min(model.hero_layers)
     shape = flops.Shape.from_config(model.config)
@@ -324,7 +324,7 @@ def run(cfg: DictConfig) -> dict:
         )
     out = {
         "backbone": "smollm2_135m",
-        "data": cfg.data,
+        "samples": cfg.samples,
         "global_batch": cfg.global_batch,
         "routable_layers": model.hero_layers,
         "threads": threads,
@@ -374,7 +374,7 @@ def _cpu_flags() -> list[str]:
 
 def _print(out: dict, names: list[str]) -> None:
     print(
-        f"hero.bench train: SmolLM2-135M, {out['data']} data, {out['global_batch']} samples/update, "
+        f"hero.bench train: SmolLM2-135M, {out['samples']} samples, {out['global_batch']} samples/update, "
         f"routable {out['routable_layers'][0]}-{out['routable_layers'][-1]}, {out['threads']} thread(s), "
         f"{out['clock']} clock, SGEMM {out['sgemm_gflops']:.1f} GFLOP/s, load {out['load_average_during']['median']:.2f}",
         flush=True,
