@@ -36,6 +36,7 @@ RUN_LOCAL_KEYS = (
     "calibration.file",
     "trainer.checkpoint_every",
     "trainer.progress",
+    "trainer.prefix_cache_dir",
 )
 
 # Options added after records were first written, with the value that reproduces the earlier behaviour.
@@ -50,6 +51,11 @@ DEFAULTED_KEYS: dict[str, object] = {
     "router.straight_through": False,
     "trainer.alpha_warmup_frac": 0.0,
     "trainer.skip_loss_positions": "all",
+    # speed options (docs/speed/training.md): same samples, loss and routing up to float order; a run with
+    # one of them on is still another run, hence hashed
+    "trainer.labelled_logits": False,
+    "trainer.pad_waste": 1.0,
+    "trainer.prefix_cache": False,
 }
 
 

@@ -23,12 +23,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from hero.data import SFTDataset, collate
+from hero.data import SFTDataset
 from hero.distributed import all_mean, allreduce_gradients, world
 from hero.errors import ConfigError
-from hero.model import last_records
-from hero.objectives import SkipMeter, prediction_positions, skip_loss
+from hero.objectives import SkipMeter
 from hero.preemption import register_checkpoint_fn
+from hero.update import cached_prefix_states, frozen_prefix_end, micro_batch_loss
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 SCHEDULES = ("linear", "cosine", "constant")
@@ -80,6 +80,13 @@ def check_config(tcfg) -> None:
         raise TrainingConfigError(f"trainer.warmup_frac={tcfg.warmup_frac!r}: must lie in [0, 1)")
     if tcfg.precision not in PRECISIONS:
         raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
+    if not isinstance(tcfg.get("labelled_logits", False), bool):
+        raise TrainingConfigError(f"trainer.labelled_logits={tcfg.get('labelled_logits')!r}: must be true or false")
+    if not isinstance(tcfg.get("prefix_cache", False), bool):
+        raise TrainingConfigError(f"trainer.prefix_cache={tcfg.get('prefix_cache')!r}: must be true or false")
+    pad_waste = tcfg.get("pad_waste", 1.0)
+    if isinstance(pad_waste, bool) or not isinstance(pad_waste, int | float) or not 0 <= pad_waste <= 1:
+        raise TrainingConfigError(f"trainer.pad_waste={pad_waste!r}: must be a number in [0, 1] (1 = no bucketing)")
     if tcfg.schedule not in SCHEDULES:
         raise TrainingConfigError(f"trainer.schedule={tcfg.schedule!r}: allowed values are {', '.join(SCHEDULES)}")
     warmup = tcfg.get("alpha_warmup_frac", 0.0)
@@ -180,6 +187,8 @@ def fit(
     checkpoint_dir = Path(checkpoint_dir)
     start_step, tokens = load_latest(checkpoint_dir, named, optimizer, scheduler)
     pad_id = dataset.tokenizer.pad_token_id
+    labelled_logits, pad_waste = bool(tcfg.get("labelled_logits", False)), float(tcfg.get("pad_waste", 1.0))
+    prefix_cache = _prefix_cache(model, dataset, tcfg, device) if tcfg.get("prefix_cache", False) else None
     model.train()
     history: list[dict] = []
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
@@ -204,22 +213,27 @@ def fit(
         step_tokens = 0
         for micro in range(accum):
             lo = batch_start + micro * tcfg.micro_batch
-            batch = collate([dataset[i] for i in order[lo : lo + tcfg.micro_batch]], pad_id)
-            batch = {k: v.to(device) for k, v in batch.items()}
+            indices = order[lo : lo + tcfg.micro_batch]
+            items = [dataset[i] for i in indices]
+            prefix = (prefix_cache[0], [prefix_cache[1][i] for i in indices]) if prefix_cache else None
             with autocast_context(tcfg.precision, device):
-                out = model(**batch, use_cache=False)
-                lm_loss = out.loss.float()
-                if routed:
-                    records = last_records(model)
-                    valid = prediction_positions(batch["attention_mask"], batch["labels"] if lm_positions else None)
-                    l_skip = (regularizer or skip_loss)([r.gate for r in records], valid)
-                else:
-                    l_skip = torch.zeros((), device=device)
-                loss = lm_loss + alpha * alpha_factor(step) * l_skip
+                loss, lm_loss, l_skip, records, attention_mask = micro_batch_loss(
+                    model,
+                    items,
+                    pad_id,
+                    device,
+                    alpha * alpha_factor(step),
+                    routed,
+                    regularizer,
+                    labelled_logits,
+                    pad_waste,
+                    prefix,
+                    skip_loss_on_labels=lm_positions,
+                )
             (loss / accum).backward()
             if routed:
-                step_meter.update(records, batch["attention_mask"])
-            step_tokens += int(batch["attention_mask"].sum())
+                step_meter.update(records, attention_mask)
+            step_tokens += int(attention_mask.sum())
             for key, value in (("loss", loss), ("lm_loss", lm_loss), ("skip_loss", l_skip)):
                 sums[key] += float(value.detach()) / accum
         if world_size > 1:
@@ -263,6 +277,24 @@ def fit(
         train_param_skip=last["param_skip"],
         history=history,
     )
+
+
+def _prefix_cache(model: nn.Module, dataset: SFTDataset, tcfg, device: torch.device):
+    """(k, per-sample hidden states entering the first routable layer k), cached on disk (``trainer.prefix_cache``)."""
+    try:
+        first = frozen_prefix_end(model)
+    except ValueError as err:
+        raise TrainingConfigError(f"trainer.prefix_cache=true needs a frozen prefix: {err}") from None
+    items = [dataset[i] for i in range(len(dataset))]
+    states = cached_prefix_states(
+        model,
+        items,
+        first,
+        tcfg.get("prefix_cache_dir") or "prefix_cache",
+        tcfg.precision,
+        lambda: autocast_context(tcfg.precision, device),
+    )
+    return first, states
 
 
 def _save_on_preemption(directory: Path, completed: dict, named, optimizer, scheduler, tcfg):

@@ -5,7 +5,7 @@ The floors, lowest first (a module's floor is its longest listed prefix):
     0  errors once results records jsonl bed           plain records, files and the bed interface
     1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
     2  testbed smollm2 baselines                       beds and the baselines' routing policies
-    3  backbones methods training tracking             registries of beds and methods; the loop
+    3  backbones methods training update tracking      registries of beds and methods; the loop
     4  pipeline rescore                                one run end to end
     5  calibration dispatch bench audit                what runs many runs
 
@@ -33,7 +33,7 @@ FLOORS = {
         "summary",
     ),
     2: ("testbed", "smollm2", "baselines"),
-    3: ("backbones", "methods", "training", "tracking"),
+    3: ("backbones", "methods", "training", "update", "tracking"),
     4: ("pipeline", "rescore"),
     5: ("calibration", "dispatch", "bench", "audit"),
 }

@@ -4,6 +4,7 @@
     python -m hero.bench router.ffn_skip=0.5 prefill.seq=[512]
     python -m hero.bench device=cuda shape=llama3_1_8b prefill.max_tokens=0
     python -m hero.bench shape=smollm2_135m                # the SmolLM2-135M shape, second half routable
+    python -m hero.bench train                             # one SmolLM2 training update by phase (hero.bench.train)
 
 Prints one line per shape and writes two run records (``dense`` and ``hero``, schema
 of ``hero/results.py``, figures under ``bench``) plus ``bench.json`` into ``out_dir``.
@@ -11,6 +12,8 @@ of ``hero/results.py``, figures under ``bench``) plus ``bench.json`` into ``out_
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 
@@ -92,5 +95,21 @@ def main(cfg: DictConfig) -> None:
     run(cfg)
 
 
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="bench_train")
+def train_main(cfg: DictConfig) -> None:
+    """``python -m hero.bench train ...``: the training benchmark, config ``conf/bench_train.yaml``."""
+    from hero.bench.train import run as run_train
+
+    out = run_train(cfg)
+    path = Path(cfg.out_dir) / "bench_train.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(f"  wrote {path}")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "train":
+        sys.argv.pop(1)
+        train_main()
+    else:
+        main()
