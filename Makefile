@@ -48,9 +48,12 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 # Two pytest-xdist workers, whole files per worker (--dist loadfile: a file's fixtures are built once);
-# TEST_WORKERS=0 runs in this process. --durations lists where the time went.
+# TEST_WORKERS=0 runs in this process. --durations lists where the time went. Each worker computes on one
+# thread (OMP_NUM_THREADS, HERO_TESTBED_THREADS): oversubscribed OpenMP threads slow torch far more than
+# their share of the cores (the testbed's pretraining: 8 s a step at load 6, about 0.5 s alone).
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+PYTEST := $(if $(filter-out 0 1,$(TEST_WORKERS)),env OMP_NUM_THREADS=1 HERO_TESTBED_THREADS=1) \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test: setup lint
 	@if [ "$(SLURM)" != 1 ]; then exec $(PYTEST); fi; \
