@@ -17,7 +17,7 @@ update's time; ``other`` is what lies outside them: collate, the skip loss's ass
     optimizer      grad-clip and AdamW step
 
 ``padding`` is the share of padded positions among the positions the decoder ran. The FLOP ideal
-(``hero.bench.flops``): real tokens only, logits only where labelled, the prefix forward, the
+(``hero.model.flops``): real tokens only, logits only where labelled, the prefix forward, the
 routable layers forward and backward (input grads of frozen weights, weight grads of the trainable
 ones), the head forward and input-grad; the fraction is ideal FLOPs / (time × the 1-thread SGEMM
 FLOP/s measured in the same process).
@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from hero.bench import flops
 from hero.bench.runner import ForcedSkip
 from hero.bench.timing import CLOCKS, summary, synchronize
 from hero.errors import ConfigError
+from hero.model import flops
 
 PHASES = ("prefix", "routable_fwd", "head_fwd", "head_bwd", "routable_bwd", "optimizer", "other")
 VARIANT_KEYS = ("labelled_logits", "pad_waste", "precision", "ffn_skip", "prefix_cache")
