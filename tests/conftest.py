@@ -17,17 +17,13 @@ def compose_train(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
-# The full embedded testbed (built on first use: about 10 min on one core, then its sampled SFT data) is the
-# longest single job of the suite. Under `make test` (two xdist workers, whole files per worker) the tests that
-# use it in test_testbed.py go first, so one worker builds it while the other runs the rest; test_evaluation.py,
-# which also needs it, goes last, so that its worker does not wait idle on the build's lock.
-def pytest_collection_modifyitems(items):
-    def rank(item) -> int:
-        if item.path.name == "test_testbed.py":
-            return 0 if item.get_closest_marker("testbed") else 1
-        return 3 if item.path.name == "test_evaluation.py" else 2
+# Files whose tests need a full build (the embedded testbed: ~8 min on 2 cores; SmolLM2's conversion) go
+# first, so that under `make test` (pytest-xdist, --dist loadfile) one worker builds while the other runs the rest.
+FIRST = ("test_testbed.py", "test_evaluation.py", "test_smollm2.py")
 
-    items.sort(key=rank)
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in FIRST)
 
 
 @pytest.fixture(scope="session")
