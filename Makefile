@@ -51,13 +51,18 @@ lint: setup
 # TEST_WORKERS=0 runs in this process. --durations lists where the time went. Each worker computes on one
 # thread (OMP_NUM_THREADS, HERO_TESTBED_THREADS): oversubscribed OpenMP threads slow torch far more than
 # their share of the cores (the testbed's pretraining: 8 s a step at load 6, about 0.5 s alone).
+# The embedded testbed's build (about 10 min on one core, once per cache) is the longest single job, and
+# xdist hands out the files that need it late: it starts in the background first (same cache, same lock),
+# so the tests that need it find it built instead of one worker building while the other waits on the lock.
 TEST_WORKERS ?= 2
 PYTEST := $(if $(filter-out 0 1,$(TEST_WORKERS)),env OMP_NUM_THREADS=1 HERO_TESTBED_THREADS=1) \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
+PREBUILD := $(if $(filter-out 0 1,$(TEST_WORKERS)),HERO_TESTBED_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m hero.testbed >/dev/null &)
 
 test: setup lint
-	@if [ "$(SLURM)" != 1 ]; then exec $(PYTEST); fi; \
-	trap 'bash scripts/slurm/down.sh' EXIT; \
+	@$(PREBUILD) prebuild=$$!; \
+	if [ "$(SLURM)" != 1 ]; then exec $(PYTEST); fi; \
+	trap 'kill $$prebuild 2>/dev/null; bash scripts/slurm/down.sh' EXIT; \
 	up=0; { bash scripts/slurm/install.sh && bash scripts/slurm/up.sh; } || up=$$?; \
 	SLURM_CONF="$(SLURM_DIR)/etc/slurm.conf" HERO_SLURM_REQUIRED=1 $(PYTEST); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ $$up -ne 0 ]; then echo "slurm-up failed ($$up)"; rc=$$up; fi; \

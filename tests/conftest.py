@@ -17,15 +17,6 @@ def compose_train(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
-# Files whose tests need a full build (the embedded testbed: ~8 min on 2 cores; SmolLM2's conversion) go
-# first, so that under `make test` (pytest-xdist, --dist loadfile) one worker builds while the other runs the rest.
-FIRST = ("test_testbed.py", "test_evaluation.py", "test_smollm2.py")
-
-
-def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in FIRST)
-
-
 @pytest.fixture(scope="session")
 def micro_cache(tmp_path_factory) -> Path:
     """One cache root per test session holding the micro testbed (built on first use, ~20 s)."""
