@@ -51,11 +51,13 @@ lint: setup
 # TEST_WORKERS=0 runs in this process. --durations lists where the time went. Each worker computes on one
 # thread (OMP_NUM_THREADS, HERO_TESTBED_THREADS): oversubscribed OpenMP threads slow torch far more than
 # their share of the cores (the testbed's pretraining: 8 s a step at load 6, about 0.5 s alone).
-# The embedded testbed's build (about 10 min on one core, once per cache) is the longest single job, and
-# xdist hands out the files that need it late: it starts in the background first (same cache, same lock),
-# so the tests that need it find it built instead of one worker building while the other waits on the lock.
+# The embedded testbed's build (backbone and sampled SFT data, about 11 min on one core, once per cache) is
+# the longest single job, and xdist hands out the files that need it late: it starts in the background first
+# (same cache, same lock), and the workers run at a lower priority (nice 10), so the build keeps a whole core
+# and the tests that need it find it built (at equal priority three processes share two cores and the build
+# took 13 min: 781 s of pretraining in a fresh-clone run).
 TEST_WORKERS ?= 2
-PYTEST := $(if $(filter-out 0 1,$(TEST_WORKERS)),env OMP_NUM_THREADS=1 HERO_TESTBED_THREADS=1) \
+PYTEST := $(if $(filter-out 0 1,$(TEST_WORKERS)),nice -n 10 env OMP_NUM_THREADS=1 HERO_TESTBED_THREADS=1) \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 PREBUILD := $(if $(filter-out 0 1,$(TEST_WORKERS)),HERO_TESTBED_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m hero.testbed >/dev/null &)
 

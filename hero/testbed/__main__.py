@@ -1,6 +1,7 @@
 """``python -m hero.testbed [--rebuild] [--cache-root DIR] [--recipe-seed N]``: build (or find) the testbed.
 
-Prints the manifest summary of the build it found or made.
+Builds the backbone and the self-sampled SFT data the default job trains on (``data=tiny``,
+``responses: sampled``), and prints the manifest summary of the build it found or made.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import dataclasses
 import json
 
 from hero.testbed import RECIPE, ensure_testbed
+from hero.testbed.sft import ensure_sampled
 
 
 def main() -> None:
@@ -25,12 +27,14 @@ def main() -> None:
     args = parser.parse_args()
     recipe = RECIPE if args.recipe_seed is None else dataclasses.replace(RECIPE, seed=args.recipe_seed)
     tb = ensure_testbed(args.cache_root, recipe=recipe, rebuild=args.rebuild)
+    sampled = ensure_sampled(tb)
     m = tb.manifest
     print(
         json.dumps(
             {
                 "root": str(tb.root),
                 "recipe_hash": tb.recipe_hash,
+                "sampled_sft": str(sampled),
                 "build_time_s": m["build_time_s"],
                 "heldout_ppl": m["heldout_ppl"],
                 "unigram_ppl": m["unigram_ppl"],
