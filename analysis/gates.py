@@ -114,13 +114,15 @@ def _span(values) -> str:
     return f"{min(values):.3f}–{max(values):.3f}" if values else "–"
 
 
-def markdown(paths, tau: float = 0.5) -> str:
-    """One row per record under ``paths`` that has a ``skip`` section with per-layer FFN rates."""
+def markdown(paths, tau: float = 0.5, layers: tuple[int, ...] = ()) -> str:
+    """One row per record under ``paths`` that has a ``skip`` section with per-layer FFN rates; ``layers`` adds
+    a column of the FFN execution rate of each named layer."""
     records, _ = find_runs(paths)
     rows = [
         "| record | param skip | param share used | FFN execution rate (per layer) | mean gate, all tokens "
-        "(per layer) | executed gate per layer, midpoint [bounds] | executed gate, mean over layers |",
-        "|---|---|---|---|---|---|---|",
+        "(per layer) | executed gate per layer, midpoint [bounds] | executed gate, mean over layers |"
+        + "".join(f" layer {layer} FFN rate |" for layer in layers),
+        "|---|---|---|---|---|---|---|" + "---|" * len(layers),
     ]
     for path in sorted(records):
         record = json.loads(Path(path).read_text())
@@ -139,16 +141,28 @@ def markdown(paths, tau: float = 0.5) -> str:
             f"| {_span(s['mean_gate_all_tokens'].values())} "
             f"| {_span(g.mid for g in gates)} [{_span(g.low for g in gates)}, {_span(g.high for g in gates)}] "
             f"| {f'{run.mid:.3f} [{run.low:.3f}, {run.high:.3f}]' if run else '–'} |"
+            + "".join(f" {_rate(s['per_layer_ffn_rate'], layer)} |" for layer in layers)
         )
     return "\n".join(rows)
+
+
+def _rate(rates: dict, layer: int) -> str:
+    return f"{100 * rates[str(layer)]:.1f} %" if str(layer) in rates else "–"
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m analysis.gates", description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="run records or directories searched for them")
     parser.add_argument("--tau", type=float, default=0.5, help="the execution threshold τ (a histogram edge)")
+    parser.add_argument(
+        "--layers", default="", help="comma-separated layer indices: a column of each one's FFN execution rate"
+    )
     args = parser.parse_args(argv)
-    print(markdown(args.paths, args.tau))
+    try:
+        layers = tuple(int(x) for x in args.layers.split(",") if x.strip())
+    except ValueError:
+        parser.error(f"--layers={args.layers!r}: must be comma-separated layer indices, e.g. 16,29")
+    print(markdown(args.paths, args.tau, layers))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ DEFAULTED_KEYS: dict[str, object] = {
     "router.straight_through": False,
     "trainer.alpha_warmup_frac": 0.0,
     "trainer.skip_loss_positions": "all",
+    # SkipGPT-RT's official-code options (hero/baselines/skipgpt.py)
+    "method.router": "linear",
+    "method.eval_gate": "argmax",
+    "method.temperature_final": None,
     # speed options (docs/speed/training.md): same samples, loss and routing up to float order; a run with
     # one of them on is still another run, hence hashed
     "trainer.labelled_logits": False,

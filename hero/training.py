@@ -193,6 +193,7 @@ def fit(
     history: list[dict] = []
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
     step_meter = SkipMeter(model) if routed else None
+    scheduled = [m for m in model.modules() if hasattr(m, "set_progress")]  # e.g. SkipGPT-RT's annealed T
     completed = {"step": start_step, "tokens": tokens}
     unregister = (
         _save_on_preemption(checkpoint_dir, completed, named, optimizer, scheduler, tcfg) if rank == 0 else None
@@ -210,6 +211,8 @@ def fit(
         sums = {"loss": 0.0, "lm_loss": 0.0, "skip_loss": 0.0}
         if routed:
             step_meter.reset()
+        for module in scheduled:
+            module.set_progress(step / updates)
         step_tokens = 0
         for micro in range(accum):
             lo = batch_start + micro * tcfg.micro_batch

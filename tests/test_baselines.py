@@ -168,6 +168,63 @@ def test_skipgpt_training_forward_adds_nothing_for_skipped_tokens_and_inference_
     assert torch.isnan(trace["p_hist"]).all() and trace["memory_read"].shape[-1] == 0  # no history fields
 
 
+def test_official_skipgpt_router_is_the_mlp_with_zero_biases_sampled_at_eval_and_annealed():
+    model = attach_policy(
+        tiny_llama(),
+        LAYERS,
+        "skipgpt_rt",
+        {},
+        partial(
+            skipgpt.SkipGPTRouter,
+            temperature=5.0,
+            bias_init=0.0,
+            router="mlp",
+            eval_gate="gumbel",
+            temperature_final=1.0,
+        ),
+        adapter=False,
+    )
+    policy = model.hero_router
+    d = 32
+    assert sum(p.numel() for p in policy.parameters()) == len(LAYERS) * (d * (d // 4) + d // 4 + (d // 4) * 2 + 2)
+    assert all(float(r.hidden.bias.abs().sum() + r.out.bias.abs().sum()) == 0.0 for r in policy.routers)
+    policy.set_progress(0.0)
+    assert policy.temperature == 5.0
+    policy.set_progress(0.5)
+    assert policy.temperature == pytest.approx(3.0)
+    ids, mask = tokens()
+    model.eval()
+    decisions = []
+    with torch.no_grad():
+        for seed in (0, 1):
+            torch.manual_seed(seed)
+            model(input_ids=ids, attention_mask=mask)
+            decisions.append(torch.cat([r.ffn_executed.flatten() for r in last_records(model)]))
+    # a Gumbel sample at evaluation: another draw, other decisions (Kaiming-initialised logits are near 0)
+    assert not torch.equal(decisions[0], decisions[1])
+
+
+def test_skipgpt_official_preset_composes_and_trains_with_an_annealed_temperature(micro_overrides, tmp_path):
+    cfg = compose_train(micro_overrides + ["method=skipgpt_rt_official", "method.target_ratio=0.5", "eval=none"])
+    assert (cfg.method.router, cfg.method.eval_gate, cfg.method.temperature, cfg.method.temperature_final) == (
+        "mlp",
+        "gumbel",
+        5.0,
+        1.0,
+    )
+    seen = []
+    real = skipgpt.SkipGPTRouter.set_progress
+    try:
+        skipgpt.SkipGPTRouter.set_progress = lambda self, f: (real(self, f), seen.append(self.temperature))
+        run(cfg, run_dir=tmp_path / "official")
+    finally:
+        skipgpt.SkipGPTRouter.set_progress = real
+    assert seen == pytest.approx([5.0, 5.0 - 4.0 / 3, 5.0 - 8.0 / 3])  # 3 updates: T_s = 5 − 4·s/3
+    record = _record(tmp_path / "official")
+    assert record["variant"] == "skipgpt_rt_official" and record["baseline"]["router"] == "mlp"
+    assert record["baseline"]["eval_gate"] == "gumbel" and record["baseline"]["temperature_final"] == 1.0
+
+
 def test_sparsity_loss_is_the_squared_gap_of_the_mean_execution_ratio():
     valid = torch.tensor([[True, True, False], [True, False, False]])
     gates = [torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 1.0]]), torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 0.0]])]
@@ -330,6 +387,9 @@ def test_single_branch_at_inference_the_skipped_ffn_never_runs(name, kwargs):
         ),
         (["method=static_drop", "method.k=-1"], "method.k=-1: static_drop removes k ≥ 0 routable FFNs"),
         (["method=skipgpt_rt", "method.temperature=0"], "method.temperature=0: must be positive"),
+        (["method=skipgpt_rt", "method.router=deep"], "method.router='deep': must be linear or mlp"),
+        (["method=skipgpt_rt", "method.eval_gate=noisy"], "method.eval_gate='noisy': must be argmax or gumbel"),
+        (["method=skipgpt_rt", "method.temperature_final=0"], "method.temperature_final=0: must be null or positive"),
         (["method=random_skip", "method.adapter=maybe"], "method.adapter='maybe': must be true or false"),
     ],
 )
@@ -355,6 +415,7 @@ def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
         assert record["knob_name"] == METHODS[name].knob and record["rho"] == {}
         assert record["baseline"]["source"] and record["skip"]["per_layer_ffn_rate"]
     assert _record(tmp_path / "skipgpt_rt")["train"]["steps"] == 3
+    assert "router" not in _record(tmp_path / "skipgpt_rt")["baseline"]  # official-code keys only when changed
     assert _record(tmp_path / "skipgpt_rt")["router_params"]["router"] == 2 * (64 + 1)  # one Linear(64, 2), 1 layer
     static = _record(tmp_path / "static_drop")
     assert static["train"] is None and static["skip"]["param_rate"] == pytest.approx(static["skip"]["max_param_rate"])

@@ -77,3 +77,8 @@ def test_the_committed_smollm2_records_give_the_published_corrected_numbers():
         assert 0.78 < s["ffn_execution_rate"] < 0.84 and 0.93 < s["param_share_used"] < 0.96
     table = markdown([STUDY / "hero-full-calibrated-s42"])
     assert "| hero-full-calibrated-s42 | 6.27 % | 93.7 % | 78.8 % (0.732–0.854) |" in table
+    with_layers = markdown([STUDY / "skipgpt_rt-calibrated-s42"], layers=(16, 29))
+    header, _, row = with_layers.splitlines()
+    assert header.endswith("| layer 16 FFN rate | layer 29 FFN rate |")
+    rates = json.loads((STUDY / "skipgpt_rt-calibrated-s42" / "results.json").read_text())["skip"]["per_layer_ffn_rate"]
+    assert row.endswith(f"| {100 * rates['16']:.1f} % | {100 * rates['29']:.1f} % |")

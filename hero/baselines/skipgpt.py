@@ -10,7 +10,7 @@ with the backbone frozen (router tuning, "RT"). For routable block j and token t
     ℓ      = W_j x + b_j ∈ R²                              logits (skip, execute), one router per layer
     train: y = softmax((ℓ + G) / T),  G ~ Gumbel(0, 1)     i.i.d. per token, layer and logit
            g = (onehot(argmax y) + (y − sg(y)))[execute]   exactly 0 or 1; gradient of y (straight-through)
-    eval:  g = 1[ℓ_execute > ℓ_skip]                       hard argmax, no noise
+    eval:  g = 1[ℓ_execute > ℓ_skip]                       hard argmax, no noise (method.eval_gate=argmax)
     h = h̄ + g · FFN(LN_ffn(h̄))                             skipped tokens keep h̄ (no adapter)
 
     L = L_LM + λ (r̄ − (1 − s*))²,   r̄ = mean of g over valid prediction positions and routable layers
@@ -19,6 +19,12 @@ with s* the target skip ratio of the routable FFNs (``method.target_ratio``, the
 knob) and λ = ``method.sparsity_weight``. In training the FFN runs on every token (its output
 multiplied by g), because the estimator's gradient for a skipped token is ⟨∂L/∂h, FFN(u)⟩;
 without gradient the block runs only the chosen branch (``hero.baselines.attach``).
+
+The official code (EIT-NLP/SkipGPT, ``router_attn_mlp.py``) differs in four choices, each an option here
+(``conf/method/skipgpt_rt_official.yaml`` sets all four): its router is Linear(d, d/4) + ReLU + Linear(d/4, 2)
+with Kaiming-uniform weights and zero biases (``router=mlp``, ``bias_init=0``); it samples the hard Gumbel gate
+at evaluation too, at the final temperature (``eval_gate=gumbel``); and it anneals T linearly from 5 to 1 over the
+training updates, T_s = T_0 − (T_0 − T_1)·s/S for update s of S (``temperature=5``, ``temperature_final=1``).
 """
 
 from __future__ import annotations
@@ -43,8 +49,14 @@ DEVIATIONS = (
     "backbone's LN_ffn weight, so this equals routing on the FFN input up to a reparametrisation)",
     "sparsity objective: λ·(mean execution ratio − (1 − target skip ratio))², mean over valid prediction positions "
     "and routable layers of the straight-through gate; λ = method.sparsity_weight",
-    "Gumbel temperature constant (method.temperature), no annealing",
-    "router bias starts at +method.bias_init for 'execute' (≈ dense model at step 0, like HeRo's gate), weights ~ N(0, 1e-3)",
+    "by default: Gumbel temperature constant (method.temperature); the official linear annealing is "
+    "method.temperature_final",
+    "by default: router Linear(d, 2), bias starts at +method.bias_init for 'execute' (≈ dense model at step 0, like "
+    "HeRo's gate), weights ~ N(0, 1e-3); the official Linear(d, d/4) + ReLU + Linear(d/4, 2) with zero biases is "
+    "method.router=mlp, method.bias_init=0",
+    "by default: a deterministic argmax gate at evaluation; the official code samples Gumbel there too "
+    "(method.eval_gate=gumbel)",
+    "the official MLP router reads the block's input (before attention); here every router reads h̄/RMS(h̄)",
     "no LoRA stage after router tuning (SkipGPT's optional second stage)",
     "training data, recipe and evaluation are the platform's (the same as HeRo's), not SkipGPT's",
 )
@@ -64,26 +76,69 @@ def straight_through_gate(logits: torch.Tensor, temperature: float) -> tuple[tor
     return (hard + (y - y.detach()))[:, EXECUTE_LOGIT], y
 
 
+class MLPRouter(nn.Module):
+    """The official code's router: Linear(d, d/4) + ReLU + Linear(d/4, 2), Kaiming-uniform weights, zero biases."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.hidden = nn.Linear(hidden_size, hidden_size // 4)
+        self.out = nn.Linear(hidden_size // 4, 2)
+        nn.init.kaiming_uniform_(self.hidden.weight, nonlinearity="relu")
+        nn.init.kaiming_uniform_(self.out.weight, nonlinearity="linear")
+        nn.init.zeros_(self.hidden.bias)
+        nn.init.zeros_(self.out.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.hidden(x)))
+
+
 class SkipGPTRouter(Policy):
-    """One Linear(d, 2) router per routable layer (skip, execute)."""
+    """One router per routable layer (skip, execute): Linear(d, 2) (``router="linear"``) or the official MLP.
+
+    ``temperature_final``: T anneals linearly from ``temperature`` to it over training (``set_progress``, called
+    by the trainer before each update); None keeps T constant. ``eval_gate``: ``"argmax"`` or ``"gumbel"`` (a hard
+    sample at the final temperature, as the official code evaluates).
+    """
 
     dense_straight_through = True
 
-    def __init__(self, hidden_size: int, num_routable: int, config: PolicyConfig, temperature: float, bias_init: float):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_routable: int,
+        config: PolicyConfig,
+        temperature: float,
+        bias_init: float,
+        router: str = "linear",
+        eval_gate: str = "argmax",
+        temperature_final: float | None = None,
+    ):
         super().__init__(hidden_size, num_routable, config)
-        self.temperature = float(temperature)
-        self.routers = nn.ModuleList(nn.Linear(hidden_size, 2) for _ in range(num_routable))
+        self.temperature_initial = float(temperature)
+        self.temperature_final = float(temperature if temperature_final is None else temperature_final)
+        self.temperature = self.temperature_initial
+        self.eval_gate = eval_gate
+        self.mlp_hidden = hidden_size // 4 if router == "mlp" else None
+        if router == "mlp":
+            self.routers = nn.ModuleList(MLPRouter(hidden_size) for _ in range(num_routable))
+        else:
+            self.routers = nn.ModuleList(nn.Linear(hidden_size, 2) for _ in range(num_routable))
         with torch.no_grad():
-            for router in self.routers:
-                router.weight.normal_(0.0, 1e-3)
-                router.bias.copy_(torch.tensor([0.0, float(bias_init)]))
+            for module in self.routers:
+                if router == "linear":
+                    module.weight.normal_(0.0, 1e-3)
+                (module.out if router == "mlp" else module).bias.copy_(torch.tensor([0.0, float(bias_init)]))
+
+    def set_progress(self, fraction: float) -> None:
+        """T for the update at ``fraction`` = s/S of training: T_0 − (T_0 − T_1)·s/S (the official schedule)."""
+        self.temperature = self.temperature_initial - (self.temperature_initial - self.temperature_final) * fraction
 
     def flops_per_token(self, shape: Shape, j: int) -> int:
-        """RMS normalisation and Linear(d, 2) per token (``hero.model.flops.skipgpt_router_flops``)."""
-        return skipgpt_router_flops(shape)
+        """RMS normalisation and the router per token (``hero.model.flops.skipgpt_router_flops``)."""
+        return skipgpt_router_flops(shape, self.mlp_hidden)
 
     def logits(self, j: int, hbar: torch.Tensor) -> torch.Tensor:
-        """ℓ = W_j · h̄/RMS(h̄) + b_j, (N, 2) in float32."""
+        """ℓ = router_j(h̄/RMS(h̄)), (N, 2) in float32."""
         with torch.autocast(device_type=hbar.device.type, enabled=False):
             return self.routers[j - 1](rms_normalise(hbar.float()))
 
@@ -91,6 +146,8 @@ class SkipGPTRouter(Policy):
         logits = self.logits(j, hbar)
         if self.training:
             gate, _ = straight_through_gate(logits, self.temperature)
+        elif self.eval_gate == "gumbel":
+            gate = straight_through_gate(logits, self.temperature_final)[0].detach()
         else:
             gate = (logits[:, EXECUTE_LOGIT] > logits[:, SKIP_LOGIT]).float()
         margin = logits[:, EXECUTE_LOGIT] - logits[:, SKIP_LOGIT]

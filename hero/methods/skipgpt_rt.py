@@ -9,6 +9,9 @@ from hero.baselines.attach import attach_policy
 from hero.methods.base import MethodConfigError, Prepared
 from hero.methods.baseline import Baseline, check_number
 
+# The official-code options at the values that reproduce the earlier records (recorded only when changed).
+OFFICIAL_DEFAULTS = {"router": "linear", "eval_gate": "argmax", "temperature_final": None}
+
 
 class SkipGPTRT(Baseline):
     name = "skipgpt_rt"
@@ -23,11 +26,25 @@ class SkipGPTRT(Baseline):
         if not method.temperature > 0:
             raise MethodConfigError(f"method.temperature={method.temperature!r}: must be positive")
         check_number(self.name, "bias_init", method.bias_init, -float("inf"), float("inf"))
+        if method.router not in ("linear", "mlp"):
+            raise MethodConfigError(f"method.router={method.router!r}: must be linear or mlp")
+        if method.eval_gate not in ("argmax", "gumbel"):
+            raise MethodConfigError(f"method.eval_gate={method.eval_gate!r}: must be argmax or gumbel")
+        final = method.temperature_final
+        if final is not None and not (isinstance(final, int | float) and final > 0):
+            raise MethodConfigError(f"method.temperature_final={final!r}: must be null or positive")
 
     def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:
         method = cfg.method
         value, calibrated = self.knob_value(cfg)
-        factory = partial(skipgpt.SkipGPTRouter, temperature=method.temperature, bias_init=method.bias_init)
+        factory = partial(
+            skipgpt.SkipGPTRouter,
+            temperature=method.temperature,
+            bias_init=method.bias_init,
+            router=method.router,
+            eval_gate=method.eval_gate,
+            temperature_final=method.temperature_final,
+        )
         model = attach_policy(model, layers, self.name, self.options(cfg, value), factory, adapter=False)
         record = self.record(
             value,
@@ -35,6 +52,7 @@ class SkipGPTRT(Baseline):
             target_ratio=value,
             sparsity_weight=method.sparsity_weight,
             temperature=method.temperature,
+            **{k: method[k] for k, default in OFFICIAL_DEFAULTS.items() if method[k] != default},
         )
         return Prepared(
             model,
