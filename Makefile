@@ -50,7 +50,8 @@ lint: setup
 # Two pytest-xdist workers, whole files per worker (--dist loadfile: a file's fixtures are built once);
 # TEST_WORKERS=0 runs in this process. --durations lists where the time went. Each worker computes on one
 # thread (OMP_NUM_THREADS, HERO_TESTBED_THREADS): oversubscribed OpenMP threads slow torch far more than
-# their share of the cores (the testbed's pretraining: 8 s a step at load 6, about 0.5 s alone).
+# their share of the cores (the testbed's pretraining: 8 s a step at load 6; 1.25 s alone at one thread,
+# measured 2026-12-03 over 10 steps of the recipe's shape).
 # The embedded testbed's build (backbone and sampled SFT data, about 11 min on one core, once per cache) is
 # the longest single job, and xdist hands out the files that need it late: it starts in the background first
 # (same cache, same lock), and the workers run at a lower priority (nice 10), so the build keeps a whole core

@@ -119,15 +119,17 @@ class SkipGPTRouter(Policy):
         self.temperature = self.temperature_initial
         self.eval_gate = eval_gate
         self.mlp_hidden = hidden_size // 4 if router == "mlp" else None
-        if router == "mlp":
-            self.routers = nn.ModuleList(MLPRouter(hidden_size) for _ in range(num_routable))
-        else:
-            self.routers = nn.ModuleList(nn.Linear(hidden_size, 2) for _ in range(num_routable))
         with torch.no_grad():
-            for module in self.routers:
-                if router == "linear":
-                    module.weight.normal_(0.0, 1e-3)
-                (module.out if router == "mlp" else module).bias.copy_(torch.tensor([0.0, float(bias_init)]))
+            if router == "mlp":
+                self.routers = nn.ModuleList(MLPRouter(hidden_size) for _ in range(num_routable))
+                heads = [r.out for r in self.routers]
+            else:
+                self.routers = nn.ModuleList(nn.Linear(hidden_size, 2) for _ in range(num_routable))
+                heads = list(self.routers)
+                for head in heads:
+                    head.weight.normal_(0.0, 1e-3)
+            for head in heads:  # the layer that gives the (skip, execute) logits
+                head.bias.copy_(torch.tensor([0.0, float(bias_init)]))
 
     def set_progress(self, fraction: float) -> None:
         """T for the update at ``fraction`` = s/S of training: T_0 − (T_0 − T_1)·s/S (the official schedule)."""

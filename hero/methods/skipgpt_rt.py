@@ -8,9 +8,7 @@ from hero.baselines import skipgpt
 from hero.baselines.attach import attach_policy
 from hero.methods.base import MethodConfigError, Prepared
 from hero.methods.baseline import Baseline, check_number
-
-# The official-code options at the values that reproduce the earlier records (recorded only when changed).
-OFFICIAL_DEFAULTS = {"router": "linear", "eval_gate": "argmax", "temperature_final": None}
+from hero.results import drop_defaults
 
 
 class SkipGPTRT(Baseline):
@@ -52,7 +50,8 @@ class SkipGPTRT(Baseline):
             target_ratio=value,
             sparsity_weight=method.sparsity_weight,
             temperature=method.temperature,
-            **{k: method[k] for k, default in OFFICIAL_DEFAULTS.items() if method[k] != default},
+            # the official-code options, recorded only away from the defaults that predate them (DEFAULTED_KEYS)
+            **drop_defaults({k: method[k] for k in ("router", "eval_gate", "temperature_final")}, prefix="method"),
         )
         return Prepared(
             model,
