@@ -17,6 +17,15 @@ def compose_train(overrides: list[str]):
         return compose(config_name="train", overrides=overrides)
 
 
+# `make test` runs the files in this order (xdist --dist loadfile --no-loadscope-reorder): the files with a test
+# that needs the full embedded testbed (marker `testbed`) go last, so the workers run everything else while
+# the background build (Makefile, PREBUILD) makes it. xdist's default reorders files by test count instead,
+# which handed them out mid-run, and a worker waited on the build's lock while there was other work to do.
+def pytest_collection_modifyitems(items):
+    needs_build = {item.path for item in items if item.get_closest_marker("testbed")}
+    items.sort(key=lambda item: item.path in needs_build)
+
+
 @pytest.fixture(scope="session")
 def micro_cache(tmp_path_factory) -> Path:
     """One cache root per test session holding the micro testbed (built on first use, ~20 s)."""

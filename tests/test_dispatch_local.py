@@ -554,7 +554,6 @@ def test_sweep_runs_only_the_named_variants_and_names_the_choices_on_a_typo():
 # ----------------------------------------------------------------------------- DDP through train.py
 
 
-@pytest.mark.testbed
 def test_train_py_under_torchrun_two_gloo_processes_matches_single_process(micro_cache, tmp_path):
     """The real pipeline: torchrun --nproc_per_node 2 (rank 0 writes) vs one process, same global batch."""
     common = [

@@ -204,7 +204,6 @@ def test_fire_and_forget_submit_status_collect(app):
     print(f"fire-and-forget: submit returned in {submit_s:.1f} s")
 
 
-@pytest.mark.testbed
 def test_train_py_three_seeds_on_slurm_then_relaunch_is_a_noop(cluster, micro_cache, tmp_path):
     """The user's command, unchanged, on the cluster: python train.py -m ... hydra/launcher=<preset>."""
     root = tmp_path / "outputs"
