@@ -7,9 +7,11 @@ import json
 import math
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -422,16 +424,19 @@ def test_calibration_file_feeds_a_seeded_multirun(two_variants, micro_cache):
     assert (manifest["n_skipped"], manifest["n_submitted"]) == (4, 0)
 
 
-def _study_states(db: Path) -> list[tuple[str, float]]:
+def _study_states(db: Path) -> list[tuple[str, float | None]]:
+    """(state, α) of each trial in trial order, read from the SQLite file in read-only mode: opening it with
+    optuna while calibrate.py is still creating it would make this process create optuna's tables too, a
+    second writer racing the study's own set-up (the file exists before its tables do)."""
     if not db.exists():
         return []
     try:
-        summaries = optuna.get_all_study_summaries(storage=f"sqlite:///{db}")
-        if not summaries:
-            return []
-        study = optuna.load_study(study_name=summaries[0].study_name, storage=f"sqlite:///{db}")
-        return [(t.state.name, t.params.get("alpha")) for t in study.trials]
-    except Exception:  # noqa: BLE001 - the database is being created by the other process
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as con:
+            return con.execute(
+                "SELECT t.state, p.param_value FROM trials t LEFT JOIN trial_params p"
+                " ON p.trial_id = t.trial_id AND p.param_name = 'alpha' ORDER BY t.number"
+            ).fetchall()
+    except sqlite3.OperationalError:  # no tables yet, or locked for a moment by the writer
         return []
 
 
@@ -445,15 +450,16 @@ def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
     ]
     db = tmp_path / "calibration" / "optuna.db"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / "calibrate.py"), *args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with open(tmp_path / "first.err", "w") as err:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "calibrate.py"), *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     deadline = time.time() + 600
-    while time.time() < deadline:
+    while time.time() < deadline and proc.poll() is None:  # a child that died fails at once, with its stderr
         states = [s for s, _ in _study_states(db)]
         if "COMPLETE" in states and "RUNNING" in states:
             break
@@ -461,7 +467,7 @@ def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = _study_states(db)
-    assert [s for s, _ in before] == ["COMPLETE", "RUNNING"], before
+    assert [s for s, _ in before] == ["COMPLETE", "RUNNING"], (before, (tmp_path / "first.err").read_text()[-2000:])
     rerun = _cli("calibrate.py", args, tmp_path)
     assert rerun.returncode in (0, 1), rerun.stdout[-2000:] + rerun.stderr[-2000:]
     assert "resumed: 1 finished trial(s), 1 orphaned trial(s) re-enqueued" in rerun.stdout
