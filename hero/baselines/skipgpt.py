@@ -118,10 +118,11 @@ class SkipGPTRouter(Policy):
         self.temperature_final = float(temperature if temperature_final is None else temperature_final)
         self.temperature = self.temperature_initial
         self.eval_gate = eval_gate
-        self.mlp_hidden = hidden_size // 4 if router == "mlp" else None
+        self.mlp_hidden = None  # the MLP router's hidden width (its FLOPs), None for the linear router
         with torch.no_grad():
             if router == "mlp":
                 self.routers = nn.ModuleList(MLPRouter(hidden_size) for _ in range(num_routable))
+                self.mlp_hidden = self.routers[0].hidden.out_features
                 heads = [r.out for r in self.routers]
             else:
                 self.routers = nn.ModuleList(nn.Linear(hidden_size, 2) for _ in range(num_routable))
