@@ -1,9 +1,11 @@
 """The calibration file: (backbone, layer set, variant, target skip) → α, and how it was found.
 
 A baseline method's entry holds its cost knob instead of α (``"knob": "p", "value": 0.31``;
-``hero.calibration.knobs``), read by ``train.py method=random_skip method.p=calibrated …``. Each lookup
-names the config key of the knob it reads (``knob_key``: ``"alpha"`` or e.g. ``"method.p"``, the
-method's ``hero.methods`` entry), so this module, which the pipeline reads, needs nothing above it.
+``hero.knobs``), read by ``train.py method=random_skip method.p=calibrated …``. Each lookup names
+the config key of the knob it reads (``knob_key``: ``"alpha"`` or e.g. ``"method.p"``), so this
+module needs nothing above it. ``resolved_config`` is the config a run records and hashes, with the
+calibrated values as numbers: a launcher computes it for every job it plans without loading any
+model code.
 
 ``calibrate.py`` writes it, ``train.py alpha=calibrated calibration.target_skip=<t>`` reads
 it. JSON, written atomically (``hero.results.write_atomic``) under a lock so that several
@@ -33,6 +35,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hero.errors import ConfigError
+from hero.knobs import ALPHA, knob_of
 from hero.results import drop_defaults, now_iso, read_record, write_atomic
 
 SCHEMA_VERSION = 1
@@ -212,6 +215,17 @@ def calibrated_knob(cfg: DictConfig, knob_key: str) -> float:
 def calibrated_alpha(cfg: DictConfig) -> float:
     """α for ``alpha=calibrated``: the calibrated α of this variant at ``calibration.target_skip``."""
     return float(lookup(cfg)["alpha"])
+
+
+def resolved_config(cfg: DictConfig) -> dict:
+    """The config a run records and hashes: resolved, with α and a baseline's cost knob as numbers (read
+    from the calibration file when ``calibrated``), so that a calibrated run has the hash of its value."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["alpha"] = calibrated_alpha(cfg) if cfg.alpha == "calibrated" else float(cfg.alpha)
+    knob = knob_of(cfg.method.name)
+    if knob is not None and knob is not ALPHA and cfg.method[knob.name] == "calibrated":
+        resolved["method"][knob.name] = knob.cast(calibrated_knob(cfg, knob.key))
+    return resolved
 
 
 def transfer_report(cfg: DictConfig, realized: float, knob_key: str | None = "alpha") -> dict:

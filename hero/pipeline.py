@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hero import backbones, methods
 from hero.backbones import BEDS
-from hero.calibration_file import calibrated_alpha, transfer_report
+from hero.calibration_file import resolved_config, transfer_report
 from hero.data import SFTDataset, collate, load_conversations, tokenize_conversation
 from hero.data.sft import check_data
 from hero.distributed import init_distributed, world
@@ -102,20 +102,6 @@ def _check_bed_pairing(cfg: DictConfig) -> None:
 
 def layer_spec(cfg: DictConfig):
     return list(cfg.layers.indices) if cfg.layers.name == "explicit" else cfg.layers.name
-
-
-def resolve_alpha(cfg: DictConfig) -> float:
-    """α as a number; ``alpha=calibrated`` reads the calibration file for this variant and target."""
-    return calibrated_alpha(cfg) if cfg.alpha == "calibrated" else float(cfg.alpha)
-
-
-def resolved_config(cfg: DictConfig) -> dict:
-    """The config a run records and hashes: resolved, with α and a baseline's cost knob as numbers (read
-    from the calibration file when ``calibrated``), so that a calibrated run has the hash of its value."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["alpha"] = resolve_alpha(cfg)
-    methods.get(cfg.method.name).resolve(cfg, resolved)
-    return resolved
 
 
 def seed_everything(seed: int) -> None:
@@ -232,7 +218,7 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     )
     score(cfg, method, prepared, record, baseline, backbone, bed, layers, root, rank)
     if prepared.calibrated:
-        record.calibration = transfer_report(cfg, record.skip["param_rate"], method.knob_key)
+        record.calibration = transfer_report(cfg, record.skip["param_rate"], method.knob.key)
     tracker.log({f"eval/{task}/{metric}": v for task, ms in record.eval.items() for metric, v in ms.items()})
     tracker.log_routing(record.skip, record.rho)
     if tracker.run is not None and record.skip.get("gate_histogram"):

@@ -412,7 +412,7 @@ def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
         run(compose_train(micro_overrides + [f"method={name}", "eval=none", *extra]), run_dir=tmp_path / name)
         record = _record(tmp_path / name)
         assert record["method"] == record["variant"] == name and record["baseline"]["deviations"] is not None
-        assert record["knob_name"] == METHODS[name].knob and record["rho"] == {}
+        assert record["knob_name"] == METHODS[name].knob.name and record["rho"] == {}
         assert record["baseline"]["source"] and record["skip"]["per_layer_ffn_rate"]
     assert _record(tmp_path / "skipgpt_rt")["train"]["steps"] == 3
     assert "router" not in _record(tmp_path / "skipgpt_rt")["baseline"]  # official-code keys only when changed

@@ -6,12 +6,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from hero.calibration.knobs import knob_of
 from hero.calibration.storage import mask_secrets, open_storage, storage_spec
 from hero.calibration.study import Calibration, Outcome, Plan
 from hero.calibration.trials import executor_kind, full_steps, make_executor, param_ceiling, trial_steps
 from hero.calibration_file import backbone_key, finished_entry, layer_key, setup_hash, setup_of, write_entry
 from hero.errors import ConfigError
+from hero.knobs import knob_of
 
 
 class CalibrationConfigError(ConfigError):

@@ -1,4 +1,4 @@
-"""The knob each method is calibrated by: α for HeRo, each baseline's own cost knob.
+"""How calibration searches each method's knob (``hero.knobs``: α for HeRo, each baseline's cost knob).
 
 Every knob moves the realized parameter skip rate monotonically (up to training noise), so
 ``MonotoneSampler`` searches each the same way, in x = log10 α for HeRo and x = the value for
@@ -16,50 +16,19 @@ the baselines (an integer for ``static_drop``'s k):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
+from hero.knobs import ALPHA, Knob
 
-@dataclass(frozen=True)
-class Knob:
-    """name: the Optuna parameter and the record's ``knob_name``; key: the config key a trial sets.
-
-    step: the sampler's first step in x units; min_bracket: a bracket narrower than this (in x)
-    that still misses the tolerance is a jump of the response, not a search to continue.
-    """
-
-    name: str
-    key: str
-    log: bool = False
-    integer: bool = False
-    step: float = 0.25
-    min_bracket: float = 1e-3
-    symbol: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.symbol or self.name
-
-    def distribution(self, low: float, high: float) -> BaseDistribution:
-        if self.integer:
-            return IntDistribution(int(low), int(high))
-        return FloatDistribution(low, high, log=self.log)
-
-
-ALPHA = Knob("alpha", "alpha", log=True, step=1.0, symbol="α")
-KNOBS = {
-    "hero": ALPHA,
-    "skipgpt_rt": Knob("target_ratio", "method.target_ratio"),
-    "static_drop": Knob("k", "method.k", integer=True, step=1.0, min_bracket=1.5),
-    "random_skip": Knob("p", "method.p"),
-}
 LINEAR_BOUNDS = {"target_ratio": (0.0, 0.99), "p": (0.0, 1.0)}
 
 
-def knob_of(method: str) -> Knob | None:
-    """The knob of ``method``; None for methods whose skip rate nothing moves (dense, LoRA, drop control)."""
-    return KNOBS.get(method)
+def distribution(knob: Knob, low: float, high: float) -> BaseDistribution:
+    """The Optuna distribution the knob's trials are drawn from."""
+    if knob.integer:
+        return IntDistribution(int(low), int(high))
+    return FloatDistribution(low, high, log=knob.log)
 
 
 def bounds(knob: Knob, alpha_bounds, num_routable: int) -> tuple[float, float]:

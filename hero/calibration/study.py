@@ -29,10 +29,11 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
-from hero.calibration.knobs import ALPHA, Knob, bounds, start, to_x
+from hero.calibration.knobs import bounds, distribution, start, to_x
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler, bracket, finished_points
 from hero.calibration.trials import run_trial, trial_config
 from hero.errors import ConfigError
+from hero.knobs import ALPHA, Knob
 
 SAMPLERS = ("monotone", "tpe")
 # The loop records heartbeats itself (ask/tell, not Study.optimize), which is what Optuna warns about.
@@ -139,7 +140,7 @@ class Calibration:
         if not 0 < lo < hi:
             raise ConfigError(f"calibration.alpha_bounds={[lo, hi]}: need 0 < low < high (α is searched in log scale)")
         self.distributions = {
-            p.name: p.knob.distribution(*bounds(p.knob, ccfg.alpha_bounds, p.num_routable)) for p in plans
+            p.name: distribution(p.knob, *bounds(p.knob, ccfg.alpha_bounds, p.num_routable)) for p in plans
         }
         self.studies: dict[str, optuna.Study] = {}
         self.outcomes: dict[str, Outcome] = {}

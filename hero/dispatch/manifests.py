@@ -29,6 +29,7 @@ from typing import Any
 
 from hero.dispatch.plan import JobPlan, JobState, record_of, task_overrides
 from hero.dispatch.studies import override_value
+from hero.knobs import KNOBS
 from hero.results import is_completed, now_iso, read_record_or_none, write_atomic
 
 log = logging.getLogger(__name__)
@@ -256,8 +257,8 @@ def record_entry(job: dict, path: str | os.PathLike) -> dict | None:
     return None if rec is None else {"path": str(path), "overrides": task_overrides(job["overrides"]), "record": rec}
 
 
-# The calibration knobs (hero.calibration.knobs.KNOBS' keys) and their labels in record names.
-KNOB_LABELS = {"alpha": "a", "method.p": "p", "method.k": "k", "method.target_ratio": "r"}
+# The knobs' config keys and their labels in record names (hero.knobs).
+KNOB_LABELS = {knob.key: knob.tag for knob in KNOBS.values()}
 
 
 def record_name(record: dict, overrides: Sequence[str]) -> str:

@@ -22,6 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypedDict
 
+from hero.calibration_file import resolved_config
 from hero.results import (
     RESULTS_FILENAME,
     config_hash,
@@ -142,8 +143,6 @@ def _hashed_config(task: Any) -> Any:
     from omegaconf import OmegaConf
 
     try:
-        from hero.pipeline import resolved_config
-
         return resolved_config(task)
     except Exception:  # noqa: BLE001 - not a HeRo train config, or a lookup the job itself will report
         pass

@@ -1,7 +1,6 @@
 """What every ``method=`` option provides: checks, a prepared model, and its trained state on disk.
 
-``hero.pipeline`` runs every method the same way — ``check`` (before any compute), ``resolve``
-(calibrated knobs as numbers in the recorded config), ``prepare`` (the backbone with the method
+``hero.pipeline`` runs every method the same way — ``check`` (before any compute), ``prepare`` (the backbone with the method
 attached, whether and how it trains), ``fit`` when it trains, ``save`` the trained tensors, score,
 ``statistics`` on the routing data — and never branches on the method's name. ``python -m
 hero.rescore`` uses ``prepare`` + ``load`` to score a finished run again on another suite.
@@ -21,6 +20,7 @@ from torch import nn
 
 from hero.errors import ConfigError
 from hero.evaluation.routing import routing_statistics
+from hero.knobs import Knob, knob_of
 from hero.model.attach import decoder_layers
 from hero.model.io import backbone_fingerprint
 from hero.objectives import total_param_count
@@ -68,15 +68,16 @@ class Method:
     """One ``method=`` option; subclasses live one per module in ``hero/methods/`` (registry: ``METHODS``)."""
 
     name: ClassVar[str]
-    knob_key: ClassVar[str | None] = None  # the config key calibration moves ("alpha", "method.p", ...)
     reference: ClassVar[bool] = False  # the Retain baseline itself (dense): it writes the baseline cache
     state_dir: ClassVar[str] = TRAINED_DIR  # where a trained run keeps its trainable tensors, in its run dir
 
     def check(self, cfg) -> None:
         """Every option of ``cfg.method``, before any compute; raises ``ConfigError`` naming the bad value."""
 
-    def resolve(self, cfg, resolved: dict) -> None:
-        """Write the values a run computes with into its resolved config (e.g. a calibrated knob)."""
+    @property
+    def knob(self) -> Knob | None:
+        """The knob that sets this method's cost (``hero.knobs``); None when nothing moves its skip rate."""
+        return knob_of(self.name)
 
     def prepare(self, cfg, model: nn.Module, tokenizer, layers: list[int], bed, alpha: float) -> Prepared:
         raise NotImplementedError

@@ -48,32 +48,22 @@ def no_regularizer(gates, valid: torch.Tensor) -> torch.Tensor:
 
 
 class Baseline(Method):
-    """A Table 1 baseline: ``knob`` is its cost knob under ``method.``, ``module`` its definition."""
+    """A Table 1 baseline: ``knob`` (``hero.knobs``) is its cost knob under ``method.``, ``module`` its
+    definition."""
 
-    knob: ClassVar[str]
     module: ClassVar[ModuleType]
-
-    @property
-    def knob_key(self) -> str:
-        return f"method.{self.knob}"
 
     def knob_value(self, cfg) -> tuple[float | int, bool]:
         """(the cost knob's value, whether it came from the calibration file: ``method.<knob>=calibrated``)."""
-        value = cfg.method[self.knob]
+        value = cfg.method[self.knob.name]
         if value != "calibrated":
             return value, False
-        return self.cast(calibrated_knob(cfg, self.knob_key)), True
-
-    def cast(self, value: float) -> float | int:
-        return float(value)
-
-    def resolve(self, cfg, resolved: dict) -> None:
-        resolved["method"][self.knob] = self.knob_value(cfg)[0]
+        return self.knob.cast(calibrated_knob(cfg, self.knob.key)), True
 
     def options(self, cfg, value) -> dict:
         """The method's options as the routed model reports them (``model.hero_config``), knob resolved."""
         options = {k: v for k, v in OmegaConf.to_container(cfg.method, resolve=True).items() if k != "name"}
-        return {**options, self.knob: value}
+        return {**options, self.knob.name: value}
 
     def record(self, value, calibrated: bool, **extra) -> dict:
         """The record's ``baseline`` section: definition, deviations from the source, knob and its settings."""
@@ -81,7 +71,7 @@ class Baseline(Method):
             "method": self.name,
             "source": self.module.SOURCE,
             "deviations": list(self.module.DEVIATIONS),
-            "knob": {"name": self.knob, "value": value, "calibrated": calibrated},
+            "knob": {"name": self.knob.name, "value": value, "calibrated": calibrated},
             **extra,
         }
 

@@ -15,7 +15,6 @@ from hero.model import RouterConfig, attach, load_router, save_router
 
 class HeRo(Method):
     name = "hero"
-    knob_key = "alpha"
     state_dir = "router"
 
     def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:

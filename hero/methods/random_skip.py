@@ -15,7 +15,6 @@ from hero.methods.baseline import Baseline, check_number, no_regularizer
 
 class RandomSkip(Baseline):
     name = "random_skip"
-    knob = "p"
     module = random_skip
 
     def check(self, cfg) -> None:

@@ -13,7 +13,6 @@ from hero.results import drop_defaults
 
 class SkipGPTRT(Baseline):
     name = "skipgpt_rt"
-    knob = "target_ratio"
     module = skipgpt
 
     def check(self, cfg) -> None:

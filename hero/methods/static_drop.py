@@ -21,7 +21,6 @@ BI_BATCH = 8
 
 class StaticDrop(Baseline):
     name = "static_drop"
-    knob = "k"
     module = static_drop
 
     def check(self, cfg) -> None:
@@ -33,9 +32,6 @@ class StaticDrop(Baseline):
         n = cfg.method.calibration_samples
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
             raise MethodConfigError(f"method.calibration_samples={n!r}: must be a positive integer")
-
-    def cast(self, value: float) -> int:
-        return int(round(value))
 
     def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:
         value, calibrated = self.knob_value(cfg)
