@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import tempfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +124,13 @@ def git_commit(cwd: str | os.PathLike | None = None) -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of the packages whose changes move results."""
+    """Versions of the packages whose changes move results, from their installed metadata (equal to their
+    ``__version__``; reading it imports none of them)."""
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "lm_eval", "peft"):
         try:
-            out[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001 - a missing optional package is recorded as such
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
             out[name] = "not installed"
     from hero import __version__
 
