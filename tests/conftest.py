@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,14 @@ def compose_train(overrides: list[str]):
 # that needs the full embedded testbed (marker `testbed`) go last, so the workers run everything else while
 # the background build (Makefile, PREBUILD) makes it. xdist's default reorders files by test count instead,
 # which handed them out mid-run, and a worker waited on the build's lock while there was other work to do.
+# Among those files, the ones with nothing but such tests (test_testbed_training.py: two minutes of LoRA) are
+# handed out first, so that the other worker takes the files that mix them with quick tests.
 def pytest_collection_modifyitems(items):
-    needs_build = {item.path for item in items if item.get_closest_marker("testbed")}
-    items.sort(key=lambda item: item.path in needs_build)
+    marked, total = Counter(), Counter()
+    for item in items:
+        total[item.path] += 1
+        marked[item.path] += bool(item.get_closest_marker("testbed"))
+    items.sort(key=lambda item: (marked[item.path] > 0, marked[item.path] < total[item.path]))
 
 
 @pytest.fixture(scope="session")
