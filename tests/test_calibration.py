@@ -459,9 +459,12 @@ def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
             stderr=err,
         )
     deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:  # a child that died fails at once, with its stderr
-        states = [s for s, _ in _study_states(db)]
-        if "COMPLETE" in states and "RUNNING" in states:
+    # a child that died fails at once, with its stderr. The kill waits for the running trial's α: optuna writes
+    # a trial's row before its parameters, and a trial killed in between has no α to run again (a fresh-clone
+    # run killed one there and the resumed study rightly sampled a new α for it)
+    while time.time() < deadline and proc.poll() is None:
+        states = _study_states(db)
+        if "COMPLETE" in [s for s, _ in states] and any(s == "RUNNING" and a is not None for s, a in states):
             break
         time.sleep(0.5)
     os.kill(proc.pid, signal.SIGKILL)
