@@ -58,8 +58,7 @@ lint: setup
 # their share of the cores (the testbed's pretraining: 8 s a step at load 6; 1.25 s alone at one thread,
 # measured 2026-12-03 over 10 steps of the recipe's shape).
 # The embedded testbed's build (backbone and sampled SFT data, about 11 min on one core, once per cache) is
-# the longest single job: it starts in the background first (same cache, same lock; the responses are sampled
-# on two threads, when the workers are waiting for them: 96 s on one), the files that need it
+# the longest single job: it starts in the background first (same cache, same lock), the files that need it
 # are handed out last (tests/conftest.py; --no-loadscope-reorder keeps that order), and the workers run at a
 # lower priority (nice 10), so the build keeps a whole core and the tests that need it find it built (at
 # equal priority three processes share two cores and the build took 13 min: 781 s of pretraining in a
@@ -67,8 +66,7 @@ lint: setup
 TEST_WORKERS ?= 2
 PYTEST := $(if $(filter-out 0 1,$(TEST_WORKERS)),nice -n 10 env OMP_NUM_THREADS=1 HERO_TESTBED_THREADS=1) \
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
-PREBUILD := $(if $(filter-out 0 1,$(TEST_WORKERS)),HERO_TESTBED_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m hero.testbed \
-	--sampling-threads 2 >/dev/null &)
+PREBUILD := $(if $(filter-out 0 1,$(TEST_WORKERS)),HERO_TESTBED_THREADS=1 OMP_NUM_THREADS=1 $(PY) -m hero.testbed >/dev/null &)
 
 test: setup lint
 	@$(PREBUILD) prebuild=$$!; \

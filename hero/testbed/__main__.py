@@ -1,11 +1,7 @@
-"""``python -m hero.testbed [--rebuild] [--cache-root DIR] [--recipe-seed N] [--sampling-threads N]``: build (or
-find) the testbed.
+"""``python -m hero.testbed [--rebuild] [--cache-root DIR] [--recipe-seed N]``: build (or find) the testbed.
 
 Builds the backbone and the self-sampled SFT data the default job trains on (``data=tiny``,
-``responses: sampled``), and prints the manifest summary of the build it found or made. The backbone is built on
-``$HERO_TESTBED_THREADS`` threads, the responses sampled on ``--sampling-threads`` (default: torch's own count):
-``make test`` pretrains on one core beside the test workers and samples on two, when the workers are waiting for
-it. The sampled files are the same bytes on one thread and on two (checked 2026-12-03, AVX-512).
+``responses: sampled``), and prints the manifest summary of the build it found or made.
 """
 
 from __future__ import annotations
@@ -13,8 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-
-import torch
 
 from hero.testbed import RECIPE, ensure_testbed
 from hero.testbed.sft import ensure_sampled
@@ -30,14 +24,9 @@ def main() -> None:
         default=None,
         help="another seed of the recipe: a build that differs only in noise (default: the recipe's)",
     )
-    parser.add_argument("--sampling-threads", type=int, default=None, help="CPU threads for sampling the responses")
     args = parser.parse_args()
-    if args.sampling_threads is not None and args.sampling_threads < 1:
-        parser.error(f"--sampling-threads={args.sampling_threads}: must be a positive integer")
     recipe = RECIPE if args.recipe_seed is None else dataclasses.replace(RECIPE, seed=args.recipe_seed)
     tb = ensure_testbed(args.cache_root, recipe=recipe, rebuild=args.rebuild)
-    if args.sampling_threads is not None:
-        torch.set_num_threads(args.sampling_threads)
     sampled = ensure_sampled(tb)
     m = tb.manifest
     print(
