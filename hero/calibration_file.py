@@ -35,7 +35,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hero.errors import ConfigError
-from hero.knobs import ALPHA, knob_of
+from hero.knobs import ALPHA, Knob, knob_of
 from hero.results import drop_defaults, now_iso, read_record, write_atomic
 
 SCHEMA_VERSION = 1
@@ -217,14 +217,23 @@ def calibrated_alpha(cfg: DictConfig) -> float:
     return float(lookup(cfg)["alpha"])
 
 
+def knob_value(cfg: DictConfig, knob: Knob) -> tuple[float | int, bool]:
+    """(a baseline's cost knob as the run uses it, whether it came from the calibration file:
+    ``method.<knob>=calibrated``)."""
+    value = cfg.method[knob.name]
+    if value != "calibrated":
+        return value, False
+    return knob.cast(calibrated_knob(cfg, knob.key)), True
+
+
 def resolved_config(cfg: DictConfig) -> dict:
     """The config a run records and hashes: resolved, with α and a baseline's cost knob as numbers (read
     from the calibration file when ``calibrated``), so that a calibrated run has the hash of its value."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resolved["alpha"] = calibrated_alpha(cfg) if cfg.alpha == "calibrated" else float(cfg.alpha)
     knob = knob_of(cfg.method.name)
-    if knob is not None and knob is not ALPHA and cfg.method[knob.name] == "calibrated":
-        resolved["method"][knob.name] = knob.cast(calibrated_knob(cfg, knob.key))
+    if knob is not None and knob is not ALPHA:
+        resolved["method"][knob.name] = knob_value(cfg, knob)[0]
     return resolved
 
 

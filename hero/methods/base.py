@@ -1,7 +1,7 @@
 """What every ``method=`` option provides: checks, a prepared model, and its trained state on disk.
 
-``hero.pipeline`` runs every method the same way — ``check`` (before any compute), ``prepare`` (the backbone with the method
-attached, whether and how it trains), ``fit`` when it trains, ``save`` the trained tensors, score,
+``hero.pipeline`` runs every method the same way — ``check`` (before any compute), ``prepare`` (the
+backbone with the method attached, whether and how it trains), ``fit`` when it trains, ``save`` the trained tensors, score,
 ``statistics`` on the routing data — and never branches on the method's name. ``python -m
 hero.rescore`` uses ``prepare`` + ``load`` to score a finished run again on another suite.
 """

@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 from omegaconf import OmegaConf
 
-from hero.calibration_file import calibrated_knob
+from hero.calibration_file import knob_value
 from hero.evaluation.routing import routing_statistics
 from hero.methods.base import Method, MethodConfigError, Prepared
 
@@ -55,10 +55,7 @@ class Baseline(Method):
 
     def knob_value(self, cfg) -> tuple[float | int, bool]:
         """(the cost knob's value, whether it came from the calibration file: ``method.<knob>=calibrated``)."""
-        value = cfg.method[self.knob.name]
-        if value != "calibrated":
-            return value, False
-        return self.knob.cast(calibrated_knob(cfg, self.knob.key)), True
+        return knob_value(cfg, self.knob)
 
     def options(self, cfg, value) -> dict:
         """The method's options as the routed model reports them (``model.hero_config``), knob resolved."""
