@@ -22,10 +22,14 @@ def compose_train(overrides: list[str]):
 # that needs the full embedded testbed (marker `testbed`) go last, so the workers run everything else while
 # the background build (Makefile, PREBUILD) makes it. xdist's default reorders files by test count instead,
 # which handed them out mid-run, and a worker waited on the build's lock while there was other work to do.
-# Among those, a file with nothing but such tests (test_testbed_training.py: two minutes of LoRA on the sampled
-# data, the last thing the build makes) goes last: xdist hands a worker its next file once it has two tests
-# or fewer left, so handed out first it also took test_evaluation.py, whose one such check then ran after the
-# LoRA instead of beside it on the other worker (fresh-clone run at e189dbc: 38 s on the critical path).
+# Among those, the file with nothing but such tests (test_testbed_training.py: two minutes of LoRA on the sampled
+# data, the last thing the build makes) goes last, and every other full-testbed check lives in test_testbed.py
+# (four short ones, at its end). xdist hands a worker its next file once it has two tests or fewer left: the
+# worker holding test_testbed.py waits on the build with four tests left and takes nothing more, so the LoRA
+# file goes to the other worker, and when the build ends the LoRA and the four checks run side by side. With a
+# full-testbed check in a second file (test_evaluation.py until 2026-12-03), the LoRA's worker also held that
+# check, or the checks' worker took the LoRA after them: fresh-clone runs at e189dbc and 1011596 put 27–38 s of
+# checks before the LoRA on the critical path.
 def pytest_collection_modifyitems(items):
     marked, total = Counter(), Counter()
     for item in items:

@@ -1,8 +1,8 @@
 """Evaluation (HERO_SPEC §7): lm-eval suites, the harness on routed models, Retain, routing statistics.
 
 Offline: the tiny suite runs through lm-evaluation-harness on the micro testbed (seconds);
-paper7/extended9 are checked against lm-eval's own task configs without loading any data.
-The ``testbed`` test repeats the reproduction on the full embedded testbed.
+paper7/extended9 are checked against lm-eval's own task configs without loading any data. That the
+harness reproduces the testbed's own scores is tested beside the testbed (tests/test_testbed.py).
 """
 
 from __future__ import annotations
@@ -26,11 +26,8 @@ from hero.evaluation import (
     task_specs,
 )
 from hero.evaluation.harness import harness_model, lm_eval_version, metric_values
-from hero.jsonl import read_jsonl
 from hero.model import attach, last_records
-from hero.testbed import RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, TINY_RECIPE, ensure_testbed, evaluate
-from hero.testbed.suite import scored_from
-from hero.testbed.tasks import score_sequences
+from hero.testbed import TINY_RECIPE, ensure_testbed
 
 # HERO_SPEC §7, written out independently of conf/eval: (lm-eval task, few-shot, primary metric, chat template).
 PAPER7 = {
@@ -53,55 +50,6 @@ EXTENDED9 = {
 def micro(micro_cache):
     bed = ensure_testbed(micro_cache, TINY_RECIPE)
     return bed, bed.load_backbone(), bed.load_tokenizer()
-
-
-def _testbed_scores(model, tokenizer, bed) -> dict:
-    """``hero.testbed.evaluate``, with heldout_ppl scored from ``scored_from`` (1 unless a chunk starts with
-    whitespace) by the testbed's own ``score_sequences``."""
-    own = evaluate(model, tokenizer, bed)
-    rows = read_jsonl(bed.data_dir / "tasks" / "heldout_ppl.jsonl")
-    seqs = [tokenizer(r["text"], add_special_tokens=False)["input_ids"] for r in rows]
-    scored = score_sequences(model, seqs, [scored_from(tokenizer, r["text"]) for r in rows], 32, tokenizer.pad_token_id)
-    loss = -sum(s for s, _, _ in scored) / sum(n for _, n, _ in scored)
-    own["heldout_ppl"] = {"loss": loss, "ppl": math.exp(loss), "inv_ppl": math.exp(-loss)}
-    return own
-
-
-def test_heldout_chunks_are_scored_from_the_second_token_unless_they_start_with_whitespace(micro):
-    tokenizer = micro[2]
-    assert scored_from(tokenizer, "MACBETH. So foul a day") == 1
-    first = tokenizer.decode(tokenizer("\n\nSo foul", add_special_tokens=False)["input_ids"][:1])
-    k = scored_from(tokenizer, "\n\nSo foul")
-    assert first.isspace() and k >= 2
-    head = tokenizer.decode(tokenizer("\n\nSo foul", add_special_tokens=False)["input_ids"][:k])
-    assert head == head.rstrip() and "\n\nSo foul".startswith(head)
-
-
-def _assert_same_scores(harness: dict, own: dict) -> None:
-    assert set(harness) == set(own) == set(TASKS)
-    for task, metrics in own.items():
-        for metric, value in metrics.items():
-            assert harness[task][metric] == pytest.approx(value, rel=1e-4, abs=1e-7), (task, metric)
-
-
-def test_tiny_suite_runs_through_harness_and_reproduces_testbed_scores(micro):
-    bed, model, tokenizer = micro
-    eval_cfg = compose_train(["eval=tiny"]).eval
-    scores, meta = evaluate_suite(model, tokenizer, eval_cfg, bed)
-    _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
-    assert meta["primary_metric"] == {task: TASK_PRIMARY_METRIC[task] for task in RETAIN_TASKS}
-    assert meta["diagnostic_metric"] == {t: m for t, m in TASK_PRIMARY_METRIC.items() if t not in RETAIN_TASKS}
-    assert meta["lm_eval"] == LM_EVAL_VERSION and meta["fingerprint"] == suite_fingerprint(eval_cfg)
-    assert meta["tasks"]["fact_recall"]["lm_eval_task"] == "hero_tiny_fact_recall"
-    assert all(t["n_samples"]["effective"] > 0 for t in meta["tasks"].values())
-
-
-@pytest.mark.testbed
-def test_tiny_suite_reproduces_testbed_scores_on_full_testbed():
-    bed = ensure_testbed()
-    model, tokenizer = bed.load_backbone(), bed.load_tokenizer()
-    scores, _ = evaluate_suite(model, tokenizer, compose_train(["eval=tiny"]).eval, bed)
-    _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
 
 
 def test_tiny_suite_limit_and_overrides_reach_the_harness(micro):

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
+from conftest import compose_train
 
+from hero.evaluation import LM_EVAL_VERSION, evaluate_suite, suite_fingerprint
+from hero.jsonl import read_jsonl
 from hero.model import decoder_layers
 from hero.model.drop import drop_routable_ffn
 from hero.testbed import (
@@ -33,6 +37,8 @@ from hero.testbed import (
     token_type_batches,
 )
 from hero.testbed.build import build_corpus, build_tokenizer_and_streams
+from hero.testbed.suite import scored_from
+from hero.testbed.tasks import score_sequences
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -176,6 +182,48 @@ def test_evaluate_runs_on_tiny(tiny):
     assert retain(ones, {**ones, RETAIN_TASKS[0]: {TASK_PRIMARY_METRIC[RETAIN_TASKS[0]]: 0.0}}) is None
 
 
+def _testbed_scores(model, tokenizer, bed) -> dict:
+    """``hero.testbed.evaluate``, with heldout_ppl scored from ``scored_from`` (1 unless a chunk starts with
+    whitespace) by the testbed's own ``score_sequences``."""
+    own = evaluate(model, tokenizer, bed)
+    rows = read_jsonl(bed.data_dir / "tasks" / "heldout_ppl.jsonl")
+    seqs = [tokenizer(r["text"], add_special_tokens=False)["input_ids"] for r in rows]
+    scored = score_sequences(model, seqs, [scored_from(tokenizer, r["text"]) for r in rows], 32, tokenizer.pad_token_id)
+    loss = -sum(s for s, _, _ in scored) / sum(n for _, n, _ in scored)
+    own["heldout_ppl"] = {"loss": loss, "ppl": math.exp(loss), "inv_ppl": math.exp(-loss)}
+    return own
+
+
+def _assert_same_scores(harness: dict, own: dict) -> None:
+    assert set(harness) == set(own) == set(TASKS)
+    for task, metrics in own.items():
+        for metric, value in metrics.items():
+            assert harness[task][metric] == pytest.approx(value, rel=1e-4, abs=1e-7), (task, metric)
+
+
+def test_heldout_chunks_are_scored_from_the_second_token_unless_they_start_with_whitespace(tiny):
+    tokenizer = tiny[1].load_tokenizer()
+    assert scored_from(tokenizer, "MACBETH. So foul a day") == 1
+    first = tokenizer.decode(tokenizer("\n\nSo foul", add_special_tokens=False)["input_ids"][:1])
+    k = scored_from(tokenizer, "\n\nSo foul")
+    assert first.isspace() and k >= 2
+    head = tokenizer.decode(tokenizer("\n\nSo foul", add_special_tokens=False)["input_ids"][:k])
+    assert head == head.rstrip() and "\n\nSo foul".startswith(head)
+
+
+def test_tiny_suite_runs_through_harness_and_reproduces_testbed_scores(tiny):
+    bed = tiny[1]
+    model, tokenizer = bed.load_backbone(), bed.load_tokenizer()
+    eval_cfg = compose_train(["eval=tiny"]).eval
+    scores, meta = evaluate_suite(model, tokenizer, eval_cfg, bed)
+    _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
+    assert meta["primary_metric"] == {task: TASK_PRIMARY_METRIC[task] for task in RETAIN_TASKS}
+    assert meta["diagnostic_metric"] == {t: m for t, m in TASK_PRIMARY_METRIC.items() if t not in RETAIN_TASKS}
+    assert meta["lm_eval"] == LM_EVAL_VERSION and meta["fingerprint"] == suite_fingerprint(eval_cfg)
+    assert meta["tasks"]["fact_recall"]["lm_eval_task"] == "hero_tiny_fact_recall"
+    assert all(t["n_samples"]["effective"] > 0 for t in meta["tasks"].values())
+
+
 # ---------------------------------------------------------------- full testbed
 @pytest.fixture(scope="module")
 def full():
@@ -201,6 +249,13 @@ def test_backbone_loads_offline_and_reproduces_recorded_scores(full, dense_score
     assert dense_scores["heldout_ppl"]["loss"] == pytest.approx(tb.manifest["heldout_loss"], abs=1e-4)
     for task, metric in TASK_PRIMARY_METRIC.items():
         assert dense_scores[task][metric] == pytest.approx(tb.manifest["dense"][task][metric], rel=1e-3)
+
+
+@pytest.mark.testbed
+def test_tiny_suite_reproduces_testbed_scores_on_full_testbed(full):
+    bed, model, tokenizer = full
+    scores, _ = evaluate_suite(model, tokenizer, compose_train(["eval=tiny"]).eval, bed)
+    _assert_same_scores(scores, _testbed_scores(model, tokenizer, bed))
 
 
 @pytest.mark.testbed
