@@ -2,7 +2,8 @@
 
 Tables and CSVs, not the PNG plots (their bytes depend on the font and renderer of a machine). A study whose
 report reads more than its own records (other studies' records, options) names the extra arguments of
-``python -m analysis.report`` in ``report_args`` (one line, paths relative to the repository root)."""
+``python -m analysis.report`` in ``report_args`` (one line, paths relative to the repository root). A study that
+compares two suites commits ``two_suites.md``, rebuilt by ``python -m analysis.suites`` with ``two_suites_args``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.report import main as report_main
+from analysis.suites import main as suites_main
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "docs" / "studies"
@@ -27,3 +29,12 @@ def test_study_report_rebuilds_from_its_records(name, tmp_path, monkeypatch):
     assert committed and committed == sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".md", ".csv"))
     for file in committed:
         assert (tmp_path / file).read_bytes() == (study / "report" / file).read_bytes(), file
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in STUDIES.iterdir() if (p / "two_suites.md").is_file()))
+def test_two_suite_comparison_rebuilds_from_its_records(name, tmp_path, monkeypatch):
+    study = STUDIES / name
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "two_suites.md"
+    assert suites_main([*shlex.split((study / "two_suites_args").read_text()), "--out", str(out)]) == 0
+    assert out.read_bytes() == (study / "two_suites.md").read_bytes()
