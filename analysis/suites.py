@@ -3,8 +3,9 @@
     python -m analysis.suites RECORDS_A RECORDS_B [--reference method=hero] [--out FILE]
 
 ``RECORDS_A`` and ``RECORDS_B`` hold the same trained runs scored on two suites (e.g. our own ``eval=smollm2``
-and the paper's ``eval=paper7_cpu``, the second from ``python -m hero.rescore RUN_DIR eval=paper7_cpu``). Each
-record carries its Retain against the dense baseline of its own suite. Runs are matched by their group
+and the paper's ``eval=paper7_cpu``, the second from ``python -m hero.rescore RUN_DIR eval=paper7_cpu``); each
+is one records directory or several joined by commas (two studies that share runs: a record found twice, same
+``config_hash``, is read once). Each record carries its Retain against the dense baseline of its own suite. Runs are matched by their group
 (``analysis.load.KEYS``) and seed. The Markdown written has:
 
 * per group: seeds, Retain mean ± std on each suite, the chance-normalised Retain where a record carries it
@@ -35,8 +36,9 @@ BASELINE_METHOD = "dense"
 
 
 def suite_frame(path: str) -> tuple[str, pl.DataFrame]:
-    """(suite name, one row per scored run: KEYS, seed, label, retain, retain_chance, eval_s, wall_s)."""
-    runs = load_runs([path]).records.filter(pl.col("scored")).collect()
+    """(suite name, one row per scored run: KEYS, seed, label, retain, retain_chance, eval_s, wall_s);
+    ``path``: a records directory or several joined by commas."""
+    runs = load_runs(path.split(",")).records.filter(pl.col("scored")).collect()
     suites = sorted(set(runs["eval_meta.suite"].drop_nulls().to_list())) if "eval_meta.suite" in runs.columns else []
     if len(suites) != 1:
         raise ValueError(f"{path}: the records must be scored on one suite; found {suites or 'none'}")
@@ -198,12 +200,12 @@ def _resolution(a: pl.DataFrame, b: pl.DataFrame, suite_a: str, suite_b: str, se
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.suites", description=__doc__.split("\n\n")[0])
-    p.add_argument("records_a", help="records scored on the first suite (where the runs trained)")
-    p.add_argument("records_b", help="the same runs rescored on the second suite")
+    p.add_argument("records_a", help="records scored on the first suite (where the runs trained); DIR[,DIR...]")
+    p.add_argument("records_b", help="the same runs rescored on the second suite; DIR[,DIR...]")
     p.add_argument("--reference", default="method=hero", help="selector of the group the others are compared to")
     p.add_argument("--out", help="write the Markdown here (default: stdout)")
     args = p.parse_args(argv)
-    for path in (args.records_a, args.records_b):
+    for path in [*args.records_a.split(","), *args.records_b.split(",")]:
         if not Path(path).exists():
             print(f"no such records directory: {path}", file=sys.stderr)
             return 2
