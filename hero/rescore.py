@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -75,6 +76,8 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     if cfg.eval.suite == "none":
         raise RescoreError("eval=none: rescoring needs a suite to score on")
     method = methods.get(cfg.method.name)
+    if cfg.trainer.num_threads:  # the run's thread count, as train.py sets it, so evaluation seconds compare
+        torch.set_num_threads(int(cfg.trainer.num_threads))
     cache_root = str(cfg.paths.cache)
     bed = backbones.bed(cfg.model, cache_root)
     backbone = backbones.load(cfg.model, bed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import MICRO_RETAIN, compose_train
 
 from hero.errors import ConfigError
@@ -14,12 +15,18 @@ from hero.rescore import main, rescore
 
 @pytest.mark.parametrize("method", ["hero", "lora"])
 def test_rescoring_on_the_same_suite_reproduces_the_scores_and_records_its_origin(method, micro_overrides, tmp_path):
-    overrides = [*micro_overrides, MICRO_RETAIN, f"method={method}", "trainer.lr=3e-2"]
+    overrides = [*micro_overrides, MICRO_RETAIN, f"method={method}", "trainer.lr=3e-2", "trainer.num_threads=1"]
+    threads = torch.get_num_threads()
     run(compose_train(overrides), run_dir=tmp_path / "run")
     original = json.loads((tmp_path / "run" / "results.json").read_text())
     state = "router/hero_router.safetensors" if method == "hero" else "trained/trainable.safetensors"
     assert (tmp_path / "run" / state).is_file()
-    path = rescore(tmp_path / "run", ["eval=tiny", MICRO_RETAIN])
+    torch.set_num_threads(2)  # a fresh process's default on a 2-core machine
+    try:
+        path = rescore(tmp_path / "run", ["eval=tiny", MICRO_RETAIN])
+        assert torch.get_num_threads() == 1  # the run's trainer.num_threads, as train.py sets it
+    finally:
+        torch.set_num_threads(threads)
     again = json.loads(path.read_text())
     assert again["origin"] == "rescored" and again["rescored_from"] == str(tmp_path / "run" / "results.json")
     assert again["eval"].keys() == original["eval"].keys()
