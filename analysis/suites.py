@@ -5,8 +5,8 @@
 ``RECORDS_A`` and ``RECORDS_B`` hold the same trained runs scored on two suites (e.g. our own ``eval=smollm2``
 and the paper's ``eval=paper7_cpu``, the second from ``python -m hero.rescore RUN_DIR eval=paper7_cpu``); each
 is one records directory or several joined by commas (two studies that share runs: a record found twice, same
-``config_hash``, is read once). Each record carries its Retain against the dense baseline of its own suite. Runs are matched by their group
-(``analysis.load.KEYS``) and seed. The Markdown written has:
+``config_hash``, is read once). Each record carries its Retain against the dense baseline of its own suite. Runs
+are matched by their group (``analysis.load.KEYS``) and seed. The Markdown written has:
 
 * per group: seeds, Retain mean ± std on each suite, the chance-normalised Retain where a record carries it
   (``retain_chance``), and the evaluation seconds per run (``eval_meta.wall_time_s``);

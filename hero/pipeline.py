@@ -110,6 +110,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def set_threads(cfg: DictConfig) -> None:
+    """The run's ``trainer.num_threads`` (null: torch's default, every core), for training and for any later
+    scoring of the run (``hero.rescore``), so that their seconds compare."""
+    if cfg.trainer.num_threads:
+        torch.set_num_threads(int(cfg.trainer.num_threads))
+
+
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Run one job; returns the objective (``cfg.objective``, a dotted path into the record)."""
     start = time.time()
@@ -126,8 +133,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
         return objective(read_record(done), cfg.objective)
     _init_distributed_if_needed()
     rank, _ = world()
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(int(cfg.trainer.num_threads))
+    set_threads(cfg)
     bed = backbones.bed(cfg.model, str(cfg.paths.cache))
     layers = resolve_layers(layer_spec(cfg), backbones.num_layers(cfg.model, bed))
     backbone = backbones.load(cfg.model, bed, device="cuda" if torch.cuda.is_available() else "cpu")

@@ -21,14 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from hero import backbones, methods
 from hero.errors import ConfigError
 from hero.evaluation import check_config, suite_fingerprint
-from hero.pipeline import check_intervention, dense_baseline, intervention_of, score, seed_everything
+from hero.pipeline import check_intervention, dense_baseline, intervention_of, score, seed_everything, set_threads
 from hero.records import RunRecord
 from hero.results import RESULTS_FILENAME, config_hash, is_completed, read_record_or_none
 
@@ -76,8 +75,7 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     if cfg.eval.suite == "none":
         raise RescoreError("eval=none: rescoring needs a suite to score on")
     method = methods.get(cfg.method.name)
-    if cfg.trainer.num_threads:  # the run's thread count, as train.py sets it, so evaluation seconds compare
-        torch.set_num_threads(int(cfg.trainer.num_threads))
+    set_threads(cfg)
     cache_root = str(cfg.paths.cache)
     bed = backbones.bed(cfg.model, cache_root)
     backbone = backbones.load(cfg.model, bed)

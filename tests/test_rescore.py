@@ -17,12 +17,12 @@ from hero.rescore import main, rescore
 def test_rescoring_on_the_same_suite_reproduces_the_scores_and_records_its_origin(method, micro_overrides, tmp_path):
     overrides = [*micro_overrides, MICRO_RETAIN, f"method={method}", "trainer.lr=3e-2", "trainer.num_threads=1"]
     threads = torch.get_num_threads()
-    run(compose_train(overrides), run_dir=tmp_path / "run")
-    original = json.loads((tmp_path / "run" / "results.json").read_text())
-    state = "router/hero_router.safetensors" if method == "hero" else "trained/trainable.safetensors"
-    assert (tmp_path / "run" / state).is_file()
-    torch.set_num_threads(2)  # a fresh process's default on a 2-core machine
-    try:
+    try:  # the run and the rescoring both set the process's threads: put them back for the next test
+        run(compose_train(overrides), run_dir=tmp_path / "run")
+        original = json.loads((tmp_path / "run" / "results.json").read_text())
+        state = "router/hero_router.safetensors" if method == "hero" else "trained/trainable.safetensors"
+        assert (tmp_path / "run" / state).is_file()
+        torch.set_num_threads(2)  # a fresh process's default on a 2-core machine
         path = rescore(tmp_path / "run", ["eval=tiny", MICRO_RETAIN])
         assert torch.get_num_threads() == 1  # the run's trainer.num_threads, as train.py sets it
     finally:
