@@ -64,6 +64,44 @@ def test_training_prompts_hold_no_evaluation_prompt_question_or_heldout_text():
     assert not set(recipe.prompt_plays) & set(recipe.heldout_plays)
 
 
+def test_x10_recipe_has_ten_times_the_training_prompts_and_keeps_evaluation_text_out():
+    from hero.smollm2.bed import RECIPE, X10_RECIPE, split_prompts
+
+    train, val = split_prompts(X10_RECIPE)
+    base_train, _ = split_prompts(RECIPE)
+    assert len(train) * X10_RECIPE.samples_per_prompt >= 7000 and len(train) >= 10 * len(base_train)
+    assert 900 * 8 <= len(train) * X10_RECIPE.samples_per_prompt  # sweeps/budget_smollm2.yaml's 900 updates: one pass
+    chat = train + val
+    assert len(set(chat)) == len(chat) and not set(chat) & set(prompts.eval_prompts())
+    assert not [q["question"] for q in knowledge.questions() if q["question"] in "\n".join(chat)]
+    heldout = read_plays(X10_RECIPE.heldout_plays)
+    heldout_lines = {line.strip() for text in heldout.values() for line in text.splitlines() if len(line.strip()) > 40}
+    train_lines = {line.strip() for p in chat for line in p.splitlines()}
+    assert len(train_lines) > 3000 and not heldout_lines & train_lines
+    assert not set(X10_RECIPE.prompt_plays) & set(X10_RECIPE.heldout_plays)
+    assert X10_RECIPE.heldout_plays == RECIPE.heldout_plays and X10_RECIPE.seed == RECIPE.seed  # the same tasks
+
+
+def test_fields_added_to_the_recipe_leave_the_committed_beds_hash_alone():
+    """The records of the studies on the current bed name the data hash the current code builds for their recipe.
+
+    (router_memory_smollm2 ran on an earlier bed, before cut samples were marked; its records name that one.)
+    """
+    import dataclasses
+    from pathlib import Path
+
+    from hero.smollm2.bed import RECIPES, _unsorted, data_hash
+
+    studies = ("hero_gap_smollm2", "paper_suite_smollm2")
+    records = [json.loads(p.read_text()) for s in studies for p in Path("docs/studies", s).glob("**/results.json")]
+    beds = [(r["config"]["model"], r.get("bed") or {}) for r in records]
+    named = {(model["recipe"], bed["data_hash"]) for model, bed in beds if bed.get("name") == "smollm2"}
+    assert named and named == {(name, data_hash(RECIPES[name])) for name, _ in named}
+    full = RECIPES["full"]
+    assert data_hash(dataclasses.replace(full, sample_batch_size=128)) != data_hash(full)
+    assert _unsorted([2, 0, 1], ["c", "a", "b"]) == ["a", "b", "c"]
+
+
 def test_coarse_kl_is_zero_for_equal_and_a_lower_bound_of_the_full_kl():
     rng = torch.Generator().manual_seed(0)
     for _ in range(20):
