@@ -85,5 +85,10 @@ def test_cli_times_a_real_smollm2_update(tmp_path):
     assert plain["phases_s"]["prefix"] > 0 and cheap["phases_s"]["prefix"] < plain["phases_s"]["prefix"] / 10
     assert cheap["loss"] == pytest.approx(plain["loss"], rel=1e-5)
     assert cheap["padding_share"] == 0.0 <= plain["padding_share"]
+    # the ceiling: plain's time over each variant's own work at the SGEMM rate (no prefix where it is cached)
+    assert plain["ceiling_vs_plain"] == pytest.approx(1 / plain["flop_ideal_fraction"], rel=1e-9)
+    assert (
+        cheap["required_ideal_s"] < plain["required_ideal_s"] and cheap["ceiling_vs_plain"] > plain["ceiling_vs_plain"]
+    )
     assert "avx2" in data["cpu_flags"] or data["cpu_flags"] == []
     assert "cheap" in result.stdout
