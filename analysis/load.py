@@ -8,7 +8,8 @@ lists stay lists (``skip.per_token.histogram.counts``). Fields this module does 
 know about are kept the same way, so a newer schema loads without changes; a field
 absent from a record is null in its row. The fully resolved ``config`` is dropped
 (``config_hash`` identifies it) except ``config.router.checkpoint``, which links a
-benchmark record to the trained run it measured, and ``config.trainer.num_threads``. If polars cannot combine the records (a corrupt
+benchmark record to the trained run it measured, ``config.trainer.num_threads`` and
+``config.calibration.target_skip``. If polars cannot combine the records (a corrupt
 file, or one field with incompatible types across records) they are parsed one by
 one instead: corrupt files are listed as unreadable, types are coerced.
 
@@ -51,9 +52,9 @@ REQUIRED = ("backbone", "method", "variant", "seed")
 ALPHA_DIGITS = 9
 """α is grouped at this many significant digits (float noise of a calibrated α does not make a group)."""
 DROPPED_FIELDS = ("config",)
-KEPT_CONFIG_FIELDS = (("router", "checkpoint"), ("trainer", "num_threads"))
+KEPT_CONFIG_FIELDS = (("router", "checkpoint"), ("trainer", "num_threads"), ("calibration", "target_skip"))
 """Kept from the dropped config as ``config.<a>.<b>`` columns (the router a benchmark record measured; the
-threads a run used, for its CPU time)."""
+threads a run used, for its CPU time; the skip target a calibrated knob was read for, ``analysis.training_budget``)."""
 LAYER_PREFIXES = {"per_layer_ffn_rate": "skip.per_layer_ffn_rate.", "rho": "rho."}
 """Per-layer maps, flattened to one column per layer: ``<prefix><layer>``."""
 PRUNED_DIRS = {".hydra", "checkpoints", "wandb", ".git", "__pycache__", ".submitit", ".ipynb_checkpoints"}

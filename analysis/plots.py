@@ -197,6 +197,35 @@ def _layer_long(runs: pl.DataFrame, name: str) -> pl.DataFrame:
     return long.select(label.alias("group"), pl.col("layer").cast(pl.String), "value")
 
 
+def retain_vs_updates(points: pl.DataFrame, path: Path) -> Path | None:
+    """One panel per backbone: seed-mean Retain against training updates (log axis), one line per (method, skip
+    level), seed-std error bars; untrained runs (0 updates) are left out. ``analysis.training_budget``."""
+    trained = points.filter(pl.col("updates") > 0)
+    if trained.height == 0:
+        return None
+    backbones = sorted(trained["backbone"].unique().to_list())
+    fig, axes = plt.subplots(1, len(backbones), figsize=(6 * len(backbones), 4.2), squeeze=False)
+    for ax, backbone in zip(axes[0], backbones):
+        part = trained.filter(pl.col("backbone") == backbone)
+        for (method, level), line in part.group_by(["method", "level"], maintain_order=True):
+            line = line.sort("updates")
+            ax.errorbar(
+                line["updates"].to_numpy(),
+                line["retain.mean"].to_numpy(),
+                yerr=line["retain.std"].fill_null(0.0).to_numpy(),
+                marker="o",
+                capsize=3,
+                label=f"{method}, {level}",
+            )
+        ax.axhline(100.0, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_xlabel("training updates")
+        ax.set_ylabel("Retain")
+        ax.set_title(backbone)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

@@ -22,6 +22,9 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   is resolved, and the seeds 1 / 2 / 5 Retain points would need (``analysis.resolution``);
 * ``budget.{csv,md}`` — wall time summed over runs and CPU time (× threads), per group and in
   all (``analysis.budget``);
+* ``training_budget.{csv,md}`` and ``retain_vs_updates.png`` when trained runs span two or more
+  training lengths: Retain and skip per (method, skip level, updates), HeRo − SkipGPT-RT paired by seed
+  (``analysis.training_budget``);
 * with ``--skip-axis net_compute``, the curves, ``groups.csv`` and the matched-skip and skip-adjusted
   comparisons use the net compute skip (``skip.net_compute_rate``: FFN FLOPs saved minus router and
   adapter FLOPs, ``hero.model.flops``) instead of the parameter skip; the paper tables and the
@@ -56,6 +59,8 @@ from analysis.resolution import comparisons, resolution_markdown
 from analysis.retain import BaselineError, parse_selector, resolve_baselines, with_retain
 from analysis.stats import summarize
 from analysis.tables import Table, build_table, close_to, paper_tables
+from analysis.training_budget import has_budgets
+from analysis.training_budget import write as write_training_budget
 
 PAPER_MAIN = {"alpha": 1e-3, "memory_dim": 64, "layer_set": "second_half"}
 """The paper's main setting (HERO_SPEC §8): only a tie-break when the records do not decide."""
@@ -296,6 +301,8 @@ def run_report(args: argparse.Namespace) -> dict:
 
     latency = latency_table(scored, ["retain", *task_cols])
     scored = scored.filter(pl.col("scored"))
+    if has_budgets(scored):
+        files += write_training_budget(scored, out, plots=not args.no_plots)
     points = curve_points(scored, ["retain", *task_cols], level=args.level)
     files.append(_csv(named(points), out / "curves.csv"))
     reference = args.curve_reference or f"method=hero,variant=full,memory_dim={dim},layer_set={layer_set}"
