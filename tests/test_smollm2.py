@@ -7,6 +7,7 @@ end-to-end run included); nothing is downloaded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -288,6 +289,7 @@ def test_end_to_end_run_on_the_micro_bed(micro_bed, tmp_path):
         "name": "smollm2",
         "gguf_sha256": micro_bed.gguf_sha256,
         "data_hash": micro_bed.manifest["data_hash"],
+        "train_sha256": hashlib.sha256((micro_bed.data_dir / "sft_train.jsonl").read_bytes()).hexdigest()[:12],
     }
 
 

@@ -118,8 +118,18 @@ class SmolLM2Bed:
     manifest: dict
 
     def provenance(self) -> dict:
-        """What a run record names as the bed it ran on: the GGUF file's sha256 and the data hash."""
-        return {"name": self.name, "gguf_sha256": self.gguf_sha256, "data_hash": self.manifest["data_hash"]}
+        """What a run record names as the bed it ran on: the GGUF file's sha256, the data hash, and the training file's.
+
+        The data hash names the recipe and the code that built it; the responses are sampled at temperature 1, so
+        another CPU's float order can sample other text under the same data hash. ``train_sha256`` (of
+        ``sft_train.jsonl``, 12 hex digits) tells whether two runs trained on the same conversations.
+        """
+        return {
+            "name": self.name,
+            "gguf_sha256": self.gguf_sha256,
+            "data_hash": self.manifest["data_hash"],
+            "train_sha256": file_sha256(self.data_dir / "sft_train.jsonl")[:12],
+        }
 
     @classmethod
     def check(cls, model_cfg) -> None:
