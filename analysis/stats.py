@@ -78,16 +78,21 @@ def summarize(runs: pl.DataFrame | pl.LazyFrame, metrics: list[str], keys=KEYS, 
 
 
 def paired_differences(
-    runs: pl.DataFrame, reference: pl.DataFrame, metrics: list[str], keys=KEYS, level: float = 0.95
+    runs: pl.DataFrame,
+    reference: pl.DataFrame,
+    metrics: list[str],
+    keys=KEYS,
+    level: float = 0.95,
+    on: tuple[str, ...] = ("backbone", "seed"),
 ) -> pl.DataFrame:
-    """Per group of ``runs``: statistics of (run − reference run of the same backbone and seed) over shared seeds.
+    """Per group of ``runs``: statistics of (run − reference run of the same ``on`` columns) over shared seeds.
 
-    ``reference`` holds the runs of one reference group per backbone. ``n`` is the
-    number of shared seeds; groups with none get ``n = 0`` and null statistics.
+    ``reference`` holds the runs of one reference group per backbone (per value of ``on`` without the seed).
+    ``n`` is the number of shared seeds; groups with none get ``n = 0`` and null statistics.
     """
     keys = _present(runs, keys)
-    ref = reference.select("backbone", "seed", *(pl.col(m).alias(f"{m}.ref") for m in metrics))
-    diffs = runs.join(ref, on=["backbone", "seed"], how="inner").with_columns(
+    ref = reference.select(*on, *(pl.col(m).alias(f"{m}.ref") for m in metrics))
+    diffs = runs.join(ref, on=list(on), how="inner").with_columns(
         (pl.col(m) - pl.col(f"{m}.ref")).alias(m) for m in metrics
     )
     stats = summarize(diffs.select(*keys, "seed", *metrics), metrics, keys, level)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from analysis.stats import summarize
+from analysis.stats import paired_differences, summarize
 
 TARGET = "config.calibration.target_skip"
 POINT_KEYS = ("backbone", "method", "level", "updates")
@@ -55,21 +55,23 @@ def has_budgets(scored: pl.DataFrame) -> bool:
     return runs["updates"].n_unique() > 1
 
 
-def budget_points(scored: pl.DataFrame, level: float = 0.95) -> pl.DataFrame:
-    """Seed statistics of Retain and skip per (backbone, method, level, updates)."""
-    return summarize(budget_runs(scored), ["retain", "skip"], keys=POINT_KEYS, level=level)
+def budget_points(runs: pl.DataFrame, level: float = 0.95) -> pl.DataFrame:
+    """Seed statistics of Retain and skip per (backbone, method, level, updates) of ``budget_runs``."""
+    return summarize(runs, ["retain", "skip"], keys=POINT_KEYS, level=level)
 
 
-def paired_gaps(scored: pl.DataFrame, method: str, other: str, level: float = 0.95) -> pl.DataFrame:
-    """``method`` − ``other`` by seed at each (backbone, level, updates) both ran: Retain and skip differences."""
-    runs = budget_runs(scored)
-    keys = ("backbone", "level", "updates", "seed")
-    a = runs.filter(pl.col("method") == method).select(*keys, "retain", "skip")
-    b = runs.filter(pl.col("method") == other).select(*keys, pl.col("retain").alias("r"), pl.col("skip").alias("s"))
-    diffs = a.join(b, on=list(keys), how="inner").select(
-        *keys, (pl.col("retain") - pl.col("r")).alias("retain"), (pl.col("skip") - pl.col("s")).alias("skip")
+def paired_gaps(runs: pl.DataFrame, method: str, other: str, level: float = 0.95) -> pl.DataFrame:
+    """``method`` − ``other`` by seed at each (backbone, level, updates) both ran (of ``budget_runs``)."""
+    keys = ("backbone", "level", "updates")
+    gaps = paired_differences(
+        runs.filter(pl.col("method") == method),
+        runs.filter(pl.col("method") == other),
+        ["retain", "skip"],
+        keys=keys,
+        level=level,
+        on=(*keys, "seed"),
     )
-    return summarize(diffs, ["retain", "skip"], keys=("backbone", "level", "updates"), level=level)
+    return gaps.filter(pl.col("n") > 0)
 
 
 def _pm(mean, std, digits: int = 2) -> str:
@@ -120,8 +122,9 @@ def write(scored: pl.DataFrame, out: Path, plots: bool = True, method: str = "he
     """``training_budget.{csv,md}`` and (``plots``) ``retain_vs_updates.png``; returns the paths written."""
     from analysis.plots import retain_vs_updates
 
-    points = budget_points(scored)
-    gaps = paired_gaps(scored, method, other)
+    runs = budget_runs(scored)
+    points = budget_points(runs)
+    gaps = paired_gaps(runs, method, other)
     csv = out / "training_budget.csv"
     points.with_columns(pl.col("seeds").cast(pl.List(pl.String)).list.join(" ")).write_csv(csv)
     md = out / "training_budget.md"

@@ -311,8 +311,11 @@ def run(cfg: DictConfig) -> dict:
         items_all = [item for u in range(cfg.updates) for item in batches[u]]
         skip = statistics.mean(row["skip"] for row in rows)
         ideal = ideal_flops(shape, router_cfg, adapter_dim, items_all, first, skip) / cfg.updates
-        required = ideal_flops(shape, router_cfg, adapter_dim, items_all, first, skip, not v.get("prefix_cache"))
-        required_s = required / cfg.updates / peak
+        if v.get("prefix_cache"):
+            required = ideal_flops(shape, router_cfg, adapter_dim, items_all, first, skip, prefix=False) / cfg.updates
+        else:
+            required = ideal
+        required_s = required / peak
         real_positions, run_positions = padded[name]
         results[name] = {
             "options": OmegaConf.to_container(cfg.variants[name] or {}, resolve=True) if cfg.variants[name] else {},

@@ -60,8 +60,10 @@ class DataRecipe:
     sample_by_length: bool = False  # sample the prompts in order of length (less padding), answers kept in order
 
 
-LATER_FIELDS = {"more_prompts": False, "n_continuations": 0, "sample_batch_size": 32, "sample_by_length": False}
 RECIPE = DataRecipe()
+LATER_FIELDS = {
+    k: getattr(RECIPE, k) for k in ("more_prompts", "n_continuations", "sample_batch_size", "sample_by_length")
+}
 # A seconds-to-build miniature (16 prompts, 8 evaluation chats, short answers) for the pipeline tests only.
 MICRO_RECIPE = DataRecipe(
     n_prompts=16,
