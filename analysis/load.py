@@ -165,7 +165,7 @@ def load_runs(paths) -> Runs:
         frame, tasks, notes = _score(frame, metrics)
         frame, listed, superseded = _triage(frame)
         problems += listed
-        notes += superseded
+        notes += superseded + _training_file_notes(frame)
     else:
         frame = pl.DataFrame(schema={"path": pl.String})
     frame = _ensure_keys(frame)
@@ -184,6 +184,33 @@ def load_runs(paths) -> Runs:
         n_found=len(files) + len(incomplete),
         notes=notes,
     )
+
+
+def _training_file_notes(frame: pl.DataFrame) -> list[str]:
+    """A note for each backbone whose completed records trained on more than one training file.
+
+    A sampled bed (SmolLM2's) is rebuilt on every machine, and another CPU's float order samples other text
+    under the same data hash; ``bed.train_sha256`` names the file a run trained on. Runs on different files
+    are still compared (a claim must survive a rebuild), but a reader should know that seeds there differ in
+    their data too.
+    """
+    if "bed.train_sha256" not in frame.columns:
+        return []
+    files = (
+        frame.filter(pl.col("bed.train_sha256").is_not_null())
+        .group_by("backbone", "bed.train_sha256")
+        .len()
+        .sort("backbone", "len", "bed.train_sha256", descending=[False, True, False])
+    )
+    notes = []
+    for (backbone,), rows in files.group_by("backbone", maintain_order=True):
+        if rows.height > 1:
+            counts = ", ".join(f"{sha} ({n} runs)" for sha, n in rows.select("bed.train_sha256", "len").iter_rows())
+            notes.append(
+                f"{backbone}: the runs trained on {rows.height} different training files (bed.train_sha256: "
+                f"{counts}); beds sampled on CPUs with another float order, so their seeds differ in data too"
+            )
+    return notes
 
 
 def _parse(blobs: list[bytes], names: list[str]) -> tuple[pl.DataFrame, dict[str, list[str]], list[dict]]:

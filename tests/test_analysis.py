@@ -189,6 +189,22 @@ def test_budget_sums_wall_and_cpu_time_per_group_and_in_all(tmp_path):
     assert "| tiny hero/full α 0.001 | 2 | 3.0 | 1.5 | 1 2 | 5.0 |" in md
 
 
+def test_runs_on_different_training_files_are_noted(tmp_path):
+    for seed, sha in ((42, "aaaaaaaaaaaa"), (43, "aaaaaaaaaaaa"), (44, "bbbbbbbbbbbb")):
+        write_run(
+            tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.3, seed=seed, extra={"bed": {"train_sha256": sha}})
+        )
+    notes = [n for n in load_runs([tmp_path]).notes if "training files" in n]
+    assert len(notes) == 1
+    assert "2 different training files" in notes[0]
+    assert "aaaaaaaaaaaa (2 runs), bbbbbbbbbbbb (1 runs)" in notes[0]
+    (tmp_path / "other").mkdir()
+    write_run(
+        tmp_path / "other", RunSpec(scores={"arc_easy": 0.6}, skip=0.3, extra={"bed": {"train_sha256": "c" * 12}})
+    )
+    assert not any("training files" in n for n in load_runs([tmp_path / "other"]).notes)
+
+
 def test_run_without_task_scores_counts_for_skip_only(tmp_path):
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.8}, skip=0.0, method="dense", variant="dense", alpha=0.0))
     write_run(tmp_path, RunSpec(scores={"arc_easy": 0.6}, skip=0.3))
