@@ -171,6 +171,13 @@ def test_record_names_say_method_variant_knob_and_seed():
     rs = {"method": "random_skip", "variant": "random_skip", "seed": 42}
     assert record_name(rs, ["method=random_skip", "method.p=0.1"]) == "random_skip-p0.1-s42"
     assert record_name({"method": "dense", "variant": "dense", "seed": 42}, ["method=dense"]) == "dense-s42"
+    budget = {"method": "hero", "variant": "full+u90", "seed": 42}
+    levels = {
+        record_name(budget, ["alpha=calibrated", f"calibration.target_skip={t}"], ["calibration.target_skip"])
+        for t in (0.06, 0.12)
+    }
+    assert levels == {"hero-full+u90-calibrated-target_skip=0.06-s42", "hero-full+u90-calibrated-target_skip=0.12-s42"}
+    assert record_name(budget, ["alpha=calibrated"], ["calibration.target_skip"]) == "hero-full+u90-calibrated-s42"
 
 
 def test_collect_into_copies_records_under_their_names_and_never_overwrites(tmp_path):
@@ -209,12 +216,13 @@ def test_the_launcher_collects_each_record_into_a_directory_as_its_job_ends(tmp_
         "hydra/launcher=hero_local",
         "hydra.launcher.array_parallelism=1",
         f"hydra.launcher.collect_into={into}",
+        "hydra.launcher.name_keys=[step_s]",  # the names carry the value of a key the study varies
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     made = {json.loads(p.read_text())["seed"]: p for p in sweep.glob("*/results.json")}
-    assert sorted(p.parent.name for p in into.glob("*/results.json")) == ["app-s1", "app-s2"]
-    assert (into / "app-s1" / "results.json").read_bytes() == made[1].read_bytes()
-    assert (into / "app-s1" / "results.json").stat().st_mtime < made[2].stat().st_mtime
+    assert sorted(p.parent.name for p in into.glob("*/results.json")) == ["app-step_s=0.3-s1", "app-step_s=0.3-s2"]
+    assert (into / "app-step_s=0.3-s1" / "results.json").read_bytes() == made[1].read_bytes()
+    assert (into / "app-step_s=0.3-s1" / "results.json").stat().st_mtime < made[2].stat().st_mtime
 
 
 def test_calibration_trials_drop_every_hero_launcher_key():

@@ -41,6 +41,7 @@ LAUNCHER_ONLY = (
     "job_dir",
     "slots",
     "collect_into",
+    "name_keys",
     "poll_s",
     "array_parallelism",
     "max_num_timeout",

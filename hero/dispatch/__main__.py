@@ -51,7 +51,7 @@ def _cli_status(args: argparse.Namespace, collect_records: bool) -> int:
         if collect_records:
             print(f"{len(summary['records'])} record(s) -> {summary['sweep_dir']}/{COLLECTED_FILENAME}")
     if collect_records and args.into:
-        new, same, conflicts = collect_into(summary["records"], args.into)
+        new, same, conflicts = collect_into(summary["records"], args.into, args.name_key)
         for path in new:
             print(f"new: {path}", file=sys.stderr if args.json else sys.stdout)
         print(f"{len(new)} new, {same} already there -> {args.into}", file=sys.stderr if args.json else sys.stdout)
@@ -124,6 +124,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch
                 default="",
                 help="also copy each record to INTO/<method>[-<variant>][-<knob>]"
                 "-s<seed>/results.json (never overwriting another)",
+            )
+            sp.add_argument(
+                "--name-key",
+                action="append",
+                default=[],
+                metavar="KEY",
+                help="add this override's value to the names (-<last part>=<value>), as the launcher's "
+                "name_keys; repeatable, e.g. --name-key calibration.target_skip",
             )
     sp = sub.add_parser("sweep", help="run a named study from sweeps/")
     sp.add_argument("study", help="sweeps/<name>.yaml")

@@ -24,6 +24,8 @@ Extra launcher keys (besides every hydra-submitit-launcher key):
   collect_into   (null)   a directory: copy each completed record there as it finishes, named
                           ``<method>[-<variant>][-<knob>]-s<seed>`` (``hero.dispatch.manifests.collect_into``:
                           a study's committed records dir; never overwrites another record)
+  name_keys      ([])     override keys whose values the collected names add (``-<last part>=<value>``): a
+                          study that runs one variant at several values of a key, e.g. calibration.target_skip
 
 ``array_parallelism`` caps the jobs running at once on SLURM (submitit's key) and, with the local
 executor, on this machine too: a new job starts as soon as a run slot frees (submitit's local
@@ -58,6 +60,7 @@ HERO_KEYS = (
     "job_dir",
     "slots",
     "collect_into",
+    "name_keys",
     "poll_s",
 )  # poll_s: accepted, unused
 
@@ -80,6 +83,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
             "job_dir": "key",
             "slots": None,
             "collect_into": None,
+            "name_keys": [],
             **hero,
         }
         self._held: list[tuple[Any, int, dict]] = []  # (local job, its run slot's descriptor, its plan) while it runs
@@ -260,7 +264,7 @@ class HeroSubmititLauncher(BaseSubmititLauncher):
         found = [
             e for p in plans if (e := record_entry(p, p.get("record") or record_of(p))) and is_completed(e["record"])
         ]
-        new, _, conflicts = collect_into(found, self.hero["collect_into"])
+        new, _, conflicts = collect_into(found, self.hero["collect_into"], self.hero["name_keys"])
         for path in new:
             log.info("collected %s", path)
         for c in conflicts:

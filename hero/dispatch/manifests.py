@@ -261,10 +261,13 @@ def record_entry(job: dict, path: str | os.PathLike) -> dict | None:
 KNOB_LABELS = {knob.key: knob.tag for knob in KNOBS.values()}
 
 
-def record_name(record: dict, overrides: Sequence[str]) -> str:
-    """A study record's readable name: ``<method>[-<variant>][-<knob>]-s<seed>``, the knob being the
-    calibration knob the job's overrides set (``calibrated``, else label + value), e.g.
-    ``hero-no_history-calibrated-s43``, ``hero-full-a0.002-s42``, ``random_skip-p0.1-s42``, ``dense-s42``."""
+def record_name(record: dict, overrides: Sequence[str], name_keys: Sequence[str] = ()) -> str:
+    """A study record's readable name: ``<method>[-<variant>][-<knob>][-<key>=<value>...]-s<seed>``, the knob
+    being the calibration knob the job's overrides set (``calibrated``, else label + value), then the value of
+    each of ``name_keys`` the overrides set (a study that runs one variant at several values of a key the name
+    would not show, e.g. ``calibration.target_skip``), e.g. ``hero-no_history-calibrated-s43``,
+    ``hero-full-a0.002-s42``, ``random_skip-p0.1-s42``, ``dense-s42``,
+    ``hero-full+u90-calibrated-target_skip=0.06-s42``."""
     parts = [str(record.get("method"))]
     if record.get("variant") not in (None, record.get("method")):
         parts.append(str(record["variant"]))
@@ -273,11 +276,16 @@ def record_name(record: dict, overrides: Sequence[str]) -> str:
     )
     if knob:
         parts.append("calibrated" if knob[1] == "calibrated" else f"{knob[0]}{knob[1]}")
+    for key in name_keys:
+        if (value := override_value(overrides, key)) is not None:
+            parts.append(f"{key.rsplit('.', 1)[-1]}={value}")
     parts.append(f"s{record.get('seed')}")
     return re.sub(r"[^A-Za-z0-9=,._+\-]", "_", "-".join(parts))
 
 
-def collect_into(records: list[dict], into: str | os.PathLike) -> tuple[list[Path], int, list[str]]:
+def collect_into(
+    records: list[dict], into: str | os.PathLike, name_keys: Sequence[str] = ()
+) -> tuple[list[Path], int, list[str]]:
     """Copy collected records (``collect``'s list) to ``<into>/<record_name>/results.json``, byte for
     byte: (new files, count already there, conflicts). A name that holds another record is a
     conflict, reported and left as it was: nothing already collected is overwritten."""
@@ -286,7 +294,7 @@ def collect_into(records: list[dict], into: str | os.PathLike) -> tuple[list[Pat
     same, conflicts = 0, []
     for r in records:
         data = Path(r["path"]).read_bytes()
-        dest = into / record_name(r["record"], r["overrides"]) / "results.json"
+        dest = into / record_name(r["record"], r["overrides"], name_keys) / "results.json"
         if dest.exists():
             if dest.read_bytes() == data:
                 same += 1
