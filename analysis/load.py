@@ -189,8 +189,8 @@ def load_runs(paths) -> Runs:
 def _training_file_notes(frame: pl.DataFrame) -> list[str]:
     """A note for each backbone whose completed records trained on more than one training file.
 
-    A sampled bed (SmolLM2's) is rebuilt on every machine, and another CPU's float order samples other text
-    under the same data hash; ``bed.train_sha256`` names the file a run trained on. Runs on different files
+    A sampled bed (SmolLM2's) is rebuilt on every machine, and two machines have sampled different text under
+    the same data hash (docs/studies/budget_smollm2); ``bed.train_sha256`` names the file a run trained on. Runs on different files
     are still compared (a claim must survive a rebuild), but a reader should know that seeds there differ in
     their data too.
     """
@@ -208,7 +208,7 @@ def _training_file_notes(frame: pl.DataFrame) -> list[str]:
             counts = ", ".join(f"{sha} ({n} runs)" for sha, n in rows.select("bed.train_sha256", "len").iter_rows())
             notes.append(
                 f"{backbone}: the runs trained on {rows.height} different training files (bed.train_sha256: "
-                f"{counts}); beds sampled on CPUs with another float order, so their seeds differ in data too"
+                f"{counts}); beds built on different machines, so their seeds may differ in data too"
             )
     return notes
 
