@@ -9,7 +9,11 @@ resumes where the last one stopped; ``results.json`` is written atomically into
 the run directory and indexed under ``<paths.root>/index/<config_hash>.json``
 (``hero.results`` owns both). The dense baseline every evaluated run uses for Retain
 is also written once per backbone × suite as a record under ``<paths.root>/baselines/``
-(``write_baseline_record``). Several ranks: ``hero.distributed``.
+(``write_baseline_record``). A run whose training config equals a finished run's in the index (it
+differs only in how it is scored: ``eval``, ``objective``, ``calibration``, ``intervention``) loads that
+run's trained state instead of training again, and its record names the donor (``trained_by``); the
+seeded run at a calibrated α and the calibration trial that found it are such a pair. Several ranks:
+``hero.distributed``.
 """
 
 from __future__ import annotations
@@ -41,7 +45,16 @@ from hero.model.flops import model_net_compute
 from hero.model.intervention import Intervention, apply_intervention
 from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
-from hero.results import RESULTS_FILENAME, completed_record, config_hash, read_record, write_atomic, write_index
+from hero.results import (
+    RESULTS_FILENAME,
+    completed_record,
+    config_hash,
+    read_record,
+    trained_records,
+    training_hash,
+    write_atomic,
+    write_index,
+)
 from hero.summary import format_summary
 from hero.tracking import check_config as check_logger_config
 from hero.tracking import tracked_run
@@ -192,8 +205,17 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     seed_everything(cfg.seed)
     prepared = method.prepare(cfg, backbone.model, tokenizer, layers, bed, resolved["alpha"])
     check_intervention(cfg, prepared, layers)
-    summary = None
+    summary, donor = None, None
     if prepared.trains:
+        donor = _trained_donor(cfg, resolved, method, bed, root)
+    if donor is not None:
+        print(
+            f"reusing the trained state of {donor} (same training config; reuse_trained=false trains again)", flush=True
+        )
+        method.load(prepared, donor.parent)
+        if rank == 0:
+            method.save(prepared, Path(run_dir))
+    elif prepared.trains:
         dataset = SFTDataset(
             load_conversations(cfg.data, bed), tokenizer, cfg.data.max_length, cfg.data.assistant_only_loss
         )
@@ -220,7 +242,8 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
         bed=bed.provenance() if bed is not None else None,
         router=OmegaConf.to_container(cfg.router, resolve=True),
         router_params=getattr(prepared.model, "hero_param_counts", None),
-        train=summary.as_record() if summary else None,
+        train=read_record(donor)["train"] if donor is not None else summary.as_record() if summary else None,
+        trained_by=str(donor) if donor is not None else None,
     )
     score(cfg, method, prepared, record, baseline, backbone, bed, layers, root, rank)
     if prepared.calibrated:
@@ -230,6 +253,18 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     if tracker.run is not None and record.skip.get("gate_histogram"):
         tracker.log(wandb_gate_histograms(record.skip))
     return record
+
+
+def _trained_donor(cfg, resolved: dict, method, bed, root: Path) -> Path | None:
+    """The record of a finished run that trained what this one would (same ``training_hash``, same bed files,
+    its trained state on disk), or None: ``reuse_trained=false`` or ``force=true`` train again."""
+    if cfg.force or not cfg.get("reuse_trained", True):
+        return None
+    provenance = bed.provenance() if bed is not None else None
+    for path in trained_records(root, training_hash(resolved)):
+        if (path.parent / method.state_dir).is_dir() and read_record(path).get("bed") == provenance:
+            return path
+    return None
 
 
 def check_intervention(cfg, prepared, layers: list[int]) -> None:

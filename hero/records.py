@@ -46,6 +46,9 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
                                backbone x suite) or "rescored" (``python -m hero.rescore``)
     baseline_source str        optional, baseline records: the cache file the scores came from
     rescored_from   str        optional, rescored records: the record of the run whose trained state was scored
+    trained_by      str        optional: the record of the finished run whose trained state this run loaded instead
+                               of training (same training config, ``hero.results.training_hash``); ``train`` is copied
+                               from it, ``wall_time_s`` counts this run's own time (loading and scoring)
     bench, bench_meta, device  optional, benchmark records (``hero.bench.records``): timings and the machine
     config          dict       the fully resolved Hydra config
     config_hash     str        hash of the config minus run-local keys (``hero.results.config_hash``)
@@ -77,6 +80,7 @@ OPTIONAL = (
     "origin",
     "baseline_source",
     "rescored_from",
+    "trained_by",
     "bench",
     "bench_meta",
     "device",
@@ -114,6 +118,7 @@ class RunRecord:
     origin: str | None = None
     baseline_source: str | None = None
     rescored_from: str | None = None
+    trained_by: str | None = None
     bench: dict | None = None
     bench_meta: dict | None = None
     device: dict | str | None = None

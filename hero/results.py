@@ -8,6 +8,8 @@ config-hash index entry (status running/completed/failed, path of the record, ru
 makes a relaunch of the same config a no-op. ``completed_record`` and ``indexed_record`` read
 that index (the pipeline before running, the launcher before submitting, ``status`` after),
 ``index_records`` scans a tree for completed records by hash (the launcher's ``records_root``).
+``trained_records`` finds, through the same index, the finished runs that trained what a new config
+would train (``training_hash``: the config hash without how the run is scored).
 Importing this module does not import torch (``hero/__init__`` is lazy), so the launcher and
 its CLI stay light.
 """
@@ -38,7 +40,13 @@ RUN_LOCAL_KEYS = (
     "trainer.checkpoint_every",
     "trainer.progress",
     "trainer.prefix_cache_dir",
+    "reuse_trained",
 )
+
+# Keys that decide how a run is scored and reported, not what it trains: two configs equal but for these train
+# the same tensors (same ``training_hash``), so the later run reuses the earlier one's trained state
+# (``hero.pipeline``), e.g. a seeded run at a calibrated α and the calibration trial that found it.
+SCORING_KEYS = ("eval", "objective", "calibration", "intervention")
 
 # Options added after records were first written, with the value that reproduces the earlier behaviour.
 # At that value a key is left out of the hash (and of the calibration setup, ``hero.calibration_file``), so
@@ -191,6 +199,14 @@ def is_completed(record: dict | None) -> bool:
     return bool(record) and record.get("status", "completed") == "completed"
 
 
+def training_hash(config: dict) -> str:
+    """``config_hash`` of the config without its ``SCORING_KEYS``: equal for runs that train the same tensors."""
+    cfg = json.loads(json.dumps(config, sort_keys=True, default=str))
+    for key in SCORING_KEYS:
+        _drop(cfg, key)
+    return config_hash(cfg)
+
+
 def index_file(root: str | os.PathLike, chash: str) -> Path:
     """The config-hash index entry of a run: ``<paths.root>/index/<config_hash>.json``."""
     return Path(root) / "index" / f"{chash}.json"
@@ -225,6 +241,17 @@ def indexed_record(entry_path: str | os.PathLike | None) -> Path | None:
 def completed_record(root: str | os.PathLike, chash: str) -> Path | None:
     """The record of a completed run with this config hash under ``root``, if one exists on disk."""
     return indexed_record(index_file(root, chash))
+
+
+def trained_records(root: str | os.PathLike, thash: str) -> list[Path]:
+    """Completed records in ``root``'s config-hash index whose training hash is ``thash``, newest first."""
+    found = []
+    for entry in sorted((Path(root) / "index").glob("*.json")):
+        path = indexed_record(entry)
+        record = read_record_or_none(path) if path is not None else None
+        if record and record.get("config") and training_hash(record["config"]) == thash:
+            found.append((record.get("created", ""), path))
+    return [path for _, path in sorted(found, reverse=True)]
 
 
 def index_records(root: str | os.PathLike) -> dict[str, Path]:

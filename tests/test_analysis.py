@@ -187,6 +187,13 @@ def test_budget_sums_wall_and_cpu_time_per_group_and_in_all(tmp_path):
     md = budget_markdown(table)
     assert "3 runs, wall time summed over runs 3.5 min (0.06 h), CPU time unknown" in md
     assert "| tiny hero/full α 0.001 | 2 | 3.0 | 1.5 | 1 2 | 5.0 |" in md
+    assert "reused" not in table.columns and "trained state" not in md
+    record = json.loads((tmp_path / runs[1][0].name / "results.json").read_text())
+    record["trained_by"] = "outputs/trial/results.json"
+    (tmp_path / runs[1][0].name / "results.json").write_text(json.dumps(record))
+    table = budget_table(load_runs([tmp_path]).records.collect())
+    assert {r["method"]: r["reused"] for r in table.to_dicts()} == {"hero": 1, "dense": 0, "total": 1}
+    assert "1 of them loaded a finished run's trained state instead of training" in budget_markdown(table)
 
 
 def test_runs_on_different_training_files_are_noted(tmp_path):

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import CONF, MICRO_RETAIN, REPO, compose_train
+from omegaconf import OmegaConf
 
 from hero import wandb_offline
 from hero.data import collate, load_conversations, tokenize_conversation
 from hero.errors import ConfigError
 from hero.pipeline import run
 from hero.records import RunRecord
+from hero.results import config_hash, training_hash
 
 RECORD_FIELDS = (
     "method",
@@ -164,6 +166,47 @@ def test_resume_after_crash_equals_uninterrupted_run(micro_overrides, tmp_path, 
     b = json.loads((tmp_path / "crash-2" / "results.json").read_text())
     assert resumed == reference
     assert a["train"] == b["train"] and a["skip"] == b["skip"] and a["rho"] == b["rho"]
+
+
+@pytest.mark.parametrize("method", ["hero", "skipgpt_rt"])
+def test_a_run_that_differs_only_in_scoring_reuses_the_trained_state(micro_overrides, tmp_path, capsys, method):
+    overrides = micro_overrides + [f"method={method}", MICRO_RETAIN]
+    state = "router" if method == "hero" else "trained"
+    run(compose_train(overrides + ["objective=skip.param_rate"]), run_dir=tmp_path / "first")
+    capsys.readouterr()
+    run(compose_train(overrides), run_dir=tmp_path / "second")
+    assert "reusing the trained state of" in capsys.readouterr().out
+    first, second = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("first", "second"))
+    assert second["trained_by"] == str(tmp_path / "first" / "results.json") and "trained_by" not in first
+    assert RunRecord.from_dict(second).to_dict() == second
+    for key in ("train", "eval", "skip", "rho", "retain"):
+        assert second[key] == first[key], key
+    files = sorted(p.name for p in (tmp_path / "first" / state).iterdir())
+    assert files and files == sorted(p.name for p in (tmp_path / "second" / state).iterdir())
+    for name in files:
+        assert (tmp_path / "second" / state / name).read_bytes() == (tmp_path / "first" / state / name).read_bytes()
+    if method != "hero":
+        return
+    # what the reuse stands for: training again (reuse_trained=false) gives the same record
+    run(compose_train(overrides + ["objective=train.final_lm_loss", "reuse_trained=false"]), run_dir=tmp_path / "off")
+    trained = json.loads((tmp_path / "off" / "results.json").read_text())
+    assert "trained_by" not in trained
+    for key in ("train", "eval", "skip", "rho", "retain"):
+        assert trained[key] == second[key], key
+
+
+def test_the_training_hash_ignores_only_how_a_run_is_scored():
+    cfg = OmegaConf.to_container(compose_train([]), resolve=True)
+    base = training_hash(cfg)
+    for key, value in (("eval", {"suite": "none"}), ("objective", "skip.param_rate"), ("reuse_trained", False)):
+        assert training_hash({**cfg, key: value}) == base, key
+    assert training_hash({**cfg, "calibration": {"target_skip": 0.06, "study": "s"}}) == base
+    assert training_hash({**cfg, "intervention": {**cfg["intervention"], "unscaled": True}}) == base
+    assert config_hash({**cfg, "objective": "skip.param_rate"}) != config_hash(cfg)
+    for key, value in (("seed", 7), ("alpha", 0.5), ("variant", "other")):
+        assert training_hash({**cfg, key: value}) != base, key
+    assert training_hash({**cfg, "trainer": {**cfg["trainer"], "max_steps": 9}}) != base
+    assert training_hash({**cfg, "router": {**cfg["router"], "memory_dim": 8}}) != base
 
 
 def test_wandb_offline_logs_grouped_run_with_values(micro_overrides, tmp_path, monkeypatch):
