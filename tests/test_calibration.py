@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO, compose_train
 from omegaconf import OmegaConf
 
-from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
+from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, TOLERANCE_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec
 from hero.calibration_file import (
     CalibrationLookupError,
@@ -77,6 +77,39 @@ def test_monotone_sampler_is_deterministic_and_beats_tpe():
     assert first == again
     tpe = run_sampler(optuna.samplers.TPESampler(seed=0), response, 0.1, 0.005)
     assert len(first) * 3 <= len(tpe), (len(first), len(tpe))
+
+
+ALPHA_RANGE = optuna.distributions.FloatDistribution(1e-6, 10.0, log=True)
+
+
+def _study_with(storage, name: str, target: float, points: dict[float, float]) -> optuna.Study:
+    """A study in ``storage`` with finished trials at the given α → skip points."""
+    study = optuna.create_study(study_name=name, storage=storage, sampler=MonotoneSampler(x0=-3.0, storage=storage))
+    study.set_user_attr(TARGET_ATTR, target)
+    study.set_user_attr(TOLERANCE_ATTR, 0.005)
+    for alpha, skip in points.items():
+        study.enqueue_trial({"alpha": alpha})
+        trial = study.ask({"alpha": ALPHA_RANGE})
+        trial.set_user_attr(SKIP_ATTR, skip)
+        study.tell(trial, abs(skip - target))
+    return study
+
+
+def test_a_study_brackets_on_the_points_of_the_same_variant_at_other_targets():
+    storage = optuna.storages.InMemoryStorage()
+    slug = "hero-calibrate/tiny/second_half/full/skip={:.4f}/abcd1234-s{}-n40"
+    _study_with(storage, slug.format(0.05, 42), 0.05, {1e-4: 0.01, 1e-3: 0.08, 1e-2: 0.22})
+    _study_with(storage, slug.format(0.1, 43), 0.1, {3e-3: 0.1})  # another seed: not a sibling
+    second = _study_with(storage, slug.format(0.1, 42), 0.1, {})
+    # alone it would start at x0 (α 1e-3); with its sibling's points it interpolates in their bracket
+    assert second.ask({"alpha": ALPHA_RANGE}).params["alpha"] == pytest.approx(10 ** (-3 + 0.02 / 0.14))
+    # a sibling's trial within the tolerance of the target: that α itself, so the trial reuses its training
+    third = _study_with(storage, slug.format(0.22, 42), 0.22, {})
+    assert third.ask({"alpha": ALPHA_RANGE}).params["alpha"] == 1e-2
+    # without a storage to read siblings from, the same study starts where it would alone
+    alone = optuna.create_study(study_name=slug.format(0.12, 42), sampler=MonotoneSampler(x0=-3.0))
+    alone.set_user_attr(TARGET_ATTR, 0.1)
+    assert alone.ask({"alpha": ALPHA_RANGE}).params["alpha"] == pytest.approx(1e-3)
 
 
 def test_parallel_proposals_are_spread_inside_the_bracket():

@@ -20,6 +20,13 @@ as the user attribute ``skip`` and the target the study stored as ``target_skip`
   x* ± 2δ, … (δ = width / (2·parallel + 2)) inside the bracket, so several trials in
   flight cut the bracket at once instead of duplicating each other.
 
+Studies that differ only in their target (``skip=`` in the study name: the same variant, setup,
+seed and trial length, so the same training at each α) share their points: with ``storage``
+given, a study brackets and interpolates on its siblings' finished trials too (``sibling_points``),
+and when a sibling's trial already lies within the study's ``tolerance`` of its target, the sampler
+proposes that trial's α exactly, which the pipeline then scores without training again
+(``reuse_trained``). Only the study's own trials decide bisection and when it ends.
+
 Proposals are a pure function of the finished and running trials (no random state), so
 a resumed study proposes what the killed one would have. A trial whose skip rate is
 within ``tolerance`` of the target ends the search: the sampler then refines around it,
@@ -28,6 +35,7 @@ but ``hero.calibration.study`` stops asking.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import optuna
@@ -41,6 +49,8 @@ from hero.calibration.knobs import from_x, to_x
 PARAM = "alpha"
 SKIP_ATTR = "skip"
 TARGET_ATTR = "target_skip"
+TOLERANCE_ATTR = "tolerance"
+TARGET_SEGMENT = re.compile(r"/skip=[^/]+/")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,18 @@ def finished_points(study: Study, param: str = PARAM) -> list[Point]:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if param in t.params and SKIP_ATTR in t.user_attrs
     ]
+    return sorted(points, key=lambda p: (p.x, p.skip))
+
+
+def sibling_points(storage, study_name: str, param: str = PARAM) -> list[Point]:
+    """Finished trials of the studies in ``storage`` whose name differs from ``study_name`` only in the target."""
+    key = TARGET_SEGMENT.sub("/", study_name)
+    if key == study_name:
+        return []
+    points = []
+    for name in optuna.get_all_study_names(storage):
+        if name != study_name and TARGET_SEGMENT.sub("/", name) == key:
+            points += finished_points(optuna.load_study(study_name=name, storage=storage), param)
     return sorted(points, key=lambda p: (p.x, p.skip))
 
 
@@ -86,7 +108,7 @@ class MonotoneSampler(BaseSampler):
     """Bracket in log α (or the knob), then secant / bisection; parallel proposals spread inside the bracket.
 
     ``param``: the parameter it proposes (others go to a random sampler); ``x0`` and ``step``
-    are in its x coordinate.
+    are in its x coordinate; ``storage``: where to find sibling studies (None: none are read).
     """
 
     def __init__(
@@ -97,8 +119,9 @@ class MonotoneSampler(BaseSampler):
         margin: float = 0.1,
         min_expand: float = 0.25,
         param: str = PARAM,
+        storage=None,
     ) -> None:
-        self.param = param
+        self.param, self.storage = param, storage
         self.x0, self.step, self.parallel = float(x0), float(step), max(1, int(parallel))
         self.margin, self.min_expand = float(margin), float(min_expand)
         self._fallback = optuna.samplers.RandomSampler(seed=0)
@@ -120,14 +143,18 @@ class MonotoneSampler(BaseSampler):
             for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if t.number != trial.number and self.param in t.params
         ]
+        shared = sibling_points(self.storage, study.study_name, self.param) if self.storage is not None else []
         x = self.propose(
             finished_points(study, self.param),
             float(study.user_attrs[TARGET_ATTR]),
             running,
             (lo, hi),
             integer=isinstance(param_distribution, IntDistribution),
+            shared=shared,
+            tolerance=study.user_attrs.get(TOLERANCE_ATTR),
         )
-        return from_x(x, param_distribution)
+        same = [p.value for p in shared if p.x == x]  # a sibling's α itself, not its round trip through x
+        return same[0] if same else from_x(x, param_distribution)
 
     def propose(
         self,
@@ -136,14 +163,25 @@ class MonotoneSampler(BaseSampler):
         running: list[float],
         bounds: tuple[float, float],
         integer: bool = False,
+        shared: list[Point] = (),
+        tolerance: float | None = None,
     ) -> float:
         """The next x (log10 α, or the knob) given finished points, the target and the x of trials in flight.
 
         ``integer``: proposals are rounded to whole numbers, and a number already tried or in
-        flight is not proposed again while another candidate is free.
+        flight is not proposed again while another candidate is free. ``shared``: sibling studies'
+        points (``sibling_points``); one within ``tolerance`` of the target is proposed as it is.
         """
         lo_b, hi_b = bounds
-        candidates, spacing = self._candidates(points, target, bounds)
+        own = {p.x for p in points}
+        shared = [p for p in shared if p.x not in own]
+        if tolerance is not None:
+            hits = [p for p in shared if abs(p.skip - target) <= float(tolerance) and p.x not in running]
+            if hits:
+                return min(hits, key=lambda p: (abs(p.skip - target), p.x)).x
+        candidates, spacing = self._candidates(
+            sorted(points + shared, key=lambda p: (p.x, p.skip)), target, bounds, points
+        )
         clipped = [min(max(c, lo_b), hi_b) for c in candidates]
         if integer:
             clipped, spacing = [float(round(c)) for c in clipped], max(spacing, 1.0)
@@ -153,8 +191,11 @@ class MonotoneSampler(BaseSampler):
                 return c
         return clipped[0]
 
-    def _candidates(self, points: list[Point], target: float, bounds: tuple[float, float]) -> tuple[list[float], float]:
-        """Proposals in order of preference, and how far apart trials in flight must stay."""
+    def _candidates(
+        self, points: list[Point], target: float, bounds: tuple[float, float], own: list[Point] | None = None
+    ) -> tuple[list[float], float]:
+        """Proposals in order of preference, and how far apart trials in flight must stay; ``own``: the study's
+        own points among ``points`` (its last two decide regula falsi or bisection; default: all of them)."""
         n = max(self.parallel, 1) * 2 + 2
         if not points:
             step = min(self.step, (bounds[1] - bounds[0]) / 4)
@@ -163,7 +204,7 @@ class MonotoneSampler(BaseSampler):
         if lo is not None and hi is not None:
             width = hi.x - lo.x
             x = lo.x + (target - lo.skip) * width / (hi.skip - lo.skip)
-            last = sorted(points, key=lambda p: p.number)[-2:]
+            last = sorted(points if own is None else own, key=lambda p: p.number)[-2:]
             if len(last) == 2 and (last[0].skip < target) == (last[1].skip < target):
                 x = (lo.x + hi.x) / 2
             x = min(max(x, lo.x + self.margin * width), hi.x - self.margin * width)

@@ -7,7 +7,9 @@ of a baseline method; "α" below stands for either.
 the next one as soon as any finishes (no synchronous batches). A study stops when a finished
 trial's realized skip rate is within ``tolerance`` of its target; it fails, with what it
 reached, when the trial budget runs out, when α at a bound of ``alpha_bounds`` cannot reach
-the target, or when the bracket has collapsed onto a jump of the response.
+the target, or when the bracket has collapsed onto a jump of the response. The studies of one variant at several
+targets share their finished trials' points (``hero.calibration.sampler.sibling_points``), so the
+second target starts from what the first one measured.
 
 Trials carry user attributes ``skip`` (realized rate), ``record`` (path of the trial's
 results.json), ``driver`` (host:pid of the calibrating process) and ``heartbeat``. A rerun
@@ -30,7 +32,14 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
 from hero.calibration.knobs import bounds, distribution, start, to_x
-from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler, bracket, finished_points
+from hero.calibration.sampler import (
+    SKIP_ATTR,
+    TARGET_ATTR,
+    TOLERANCE_ATTR,
+    MonotoneSampler,
+    bracket,
+    finished_points,
+)
 from hero.calibration.trials import run_trial, trial_config
 from hero.errors import ConfigError
 from hero.knobs import ALPHA, Knob
@@ -71,9 +80,12 @@ class Outcome:
     error: str | None = None
 
 
-def make_sampler(kind: str, x0: float, parallel: int, seed: int, knob: Knob = ALPHA) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    kind: str, x0: float, parallel: int, seed: int, knob: Knob = ALPHA, storage=None
+) -> optuna.samplers.BaseSampler:
+    """The study's sampler; ``storage`` lets the monotone one read the studies of the other targets."""
     if kind == "monotone":
-        return MonotoneSampler(x0=x0, parallel=parallel, step=knob.step, param=knob.name)
+        return MonotoneSampler(x0=x0, parallel=parallel, step=knob.step, param=knob.name, storage=storage)
     if kind == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=parallel > 1)
     raise ConfigError(f"calibration.sampler={kind!r}: allowed values are {', '.join(SAMPLERS)}")
@@ -154,7 +166,9 @@ class Calibration:
         first = start(
             knob, configured, plan.target, plan.max_param_rate, plan.num_routable, distribution.low, distribution.high
         )
-        sampler = make_sampler(self.ccfg.sampler, to_x(first, distribution), self.parallel, int(plan.cfg.seed), knob)
+        sampler = make_sampler(
+            self.ccfg.sampler, to_x(first, distribution), self.parallel, int(plan.cfg.seed), knob, self.storage
+        )
         study = optuna.create_study(
             study_name=plan.name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
         )
@@ -165,7 +179,7 @@ class Calibration:
             "trial_steps": plan.steps,
             "full_steps": plan.full_steps,
             "seed": int(plan.cfg.seed),
-            "tolerance": self.tolerance,
+            TOLERANCE_ATTR: self.tolerance,
             "knob": knob.name,
             **plan.meta,
         }.items():
