@@ -33,7 +33,7 @@ def budget_table(frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("wall_time_s").mean().alias("mean_s"),
         pl.col("threads").unique().sort().cast(pl.String).str.join(" ").alias("threads"),
         pl.when(unknown).then(None).otherwise(cpu).alias("cpu_s"),
-        *[pl.col("trained_by").is_not_null().sum().alias("reused") for _ in reused],
+        *([pl.col("trained_by").is_not_null().sum().alias("reused")] if reused else []),
     ]
     groups = runs.group_by(list(KEYS)).agg(aggs).sort(list(KEYS), nulls_last=True)
     total = runs.select(aggs).with_columns(pl.lit("total").alias("method"))

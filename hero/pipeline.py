@@ -209,10 +209,12 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     if prepared.trains:
         donor = _trained_donor(cfg, resolved, method, bed, root)
     if donor is not None:
+        donor_path, donor_record = donor
         print(
-            f"reusing the trained state of {donor} (same training config; reuse_trained=false trains again)", flush=True
+            f"reusing the trained state of {donor_path} (same training config; reuse_trained=false trains again)",
+            flush=True,
         )
-        method.load(prepared, donor.parent)
+        method.load(prepared, donor_path.parent)
         if rank == 0:
             method.save(prepared, Path(run_dir))
     elif prepared.trains:
@@ -242,8 +244,8 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
         bed=bed.provenance() if bed is not None else None,
         router=OmegaConf.to_container(cfg.router, resolve=True),
         router_params=getattr(prepared.model, "hero_param_counts", None),
-        train=read_record(donor)["train"] if donor is not None else summary.as_record() if summary else None,
-        trained_by=str(donor) if donor is not None else None,
+        train=donor_record["train"] if donor is not None else summary.as_record() if summary else None,
+        trained_by=str(donor_path) if donor is not None else None,
     )
     score(cfg, method, prepared, record, baseline, backbone, bed, layers, root, rank)
     if prepared.calibrated:
@@ -255,15 +257,15 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     return record
 
 
-def _trained_donor(cfg, resolved: dict, method, bed, root: Path) -> Path | None:
-    """The record of a finished run that trained what this one would (same ``training_hash``, same bed files,
-    its trained state on disk), or None: ``reuse_trained=false`` or ``force=true`` train again."""
+def _trained_donor(cfg, resolved: dict, method, bed, root: Path) -> tuple[Path, dict] | None:
+    """(path, record) of a finished run that trained what this one would (same ``training_hash``, same bed
+    files, its trained state on disk), or None: ``reuse_trained=false`` or ``force=true`` train again."""
     if cfg.force or not cfg.get("reuse_trained", True):
         return None
     provenance = bed.provenance() if bed is not None else None
-    for path in trained_records(root, training_hash(resolved)):
-        if (path.parent / method.state_dir).is_dir() and read_record(path).get("bed") == provenance:
-            return path
+    for path, record in trained_records(root, training_hash(resolved)):
+        if (path.parent / method.state_dir).is_dir() and record.get("bed") == provenance:
+            return path, record
     return None
 
 

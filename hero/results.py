@@ -229,13 +229,19 @@ def write_index(
     return write_atomic(index_file(root, chash), entry)
 
 
+def _indexed(entry_path: str | os.PathLike | None) -> tuple[Path, dict] | None:
+    """(path, record) of the completed record an index entry points at, or None (no entry, running, failed,
+    record gone)."""
+    entry = read_record_or_none(entry_path) or {}
+    path = entry.get("record")
+    record = read_record_or_none(path) if entry.get("status") == "completed" and path else None
+    return (Path(path), record) if is_completed(record) else None
+
+
 def indexed_record(entry_path: str | os.PathLike | None) -> Path | None:
     """The completed record an index entry points at, or None (no entry, running, failed, record gone)."""
-    entry = read_record_or_none(entry_path) or {}
-    record = entry.get("record")
-    if entry.get("status") == "completed" and record and is_completed(read_record_or_none(record)):
-        return Path(record)
-    return None
+    found = _indexed(entry_path)
+    return found[0] if found else None
 
 
 def completed_record(root: str | os.PathLike, chash: str) -> Path | None:
@@ -243,15 +249,14 @@ def completed_record(root: str | os.PathLike, chash: str) -> Path | None:
     return indexed_record(index_file(root, chash))
 
 
-def trained_records(root: str | os.PathLike, thash: str) -> list[Path]:
-    """Completed records in ``root``'s config-hash index whose training hash is ``thash``, newest first."""
-    found = []
-    for entry in sorted((Path(root) / "index").glob("*.json")):
-        path = indexed_record(entry)
-        record = read_record_or_none(path) if path is not None else None
-        if record and record.get("config") and training_hash(record["config"]) == thash:
-            found.append((record.get("created", ""), path))
-    return [path for _, path in sorted(found, reverse=True)]
+def trained_records(root: str | os.PathLike, thash: str) -> list[tuple[Path, dict]]:
+    """(path, record) of the completed records in ``root``'s config-hash index whose training hash is ``thash``,
+    newest first."""
+    found = [_indexed(entry) for entry in sorted((Path(root) / "index").glob("*.json"))]
+    found = [
+        (path, record) for path, record in filter(None, found) if training_hash(record.get("config") or {}) == thash
+    ]
+    return sorted(found, key=lambda hit: hit[1].get("created", ""), reverse=True)
 
 
 def index_records(root: str | os.PathLike) -> dict[str, Path]:
