@@ -1,4 +1,4 @@
-"""Score a finished run again on another suite: ``python -m hero.rescore RUN_DIR eval=paper7 [eval.limit=100]``.
+"""Score finished runs again on another suite: ``python -m hero.rescore RUN_DIR [RUN_DIR ...] eval=paper7 [eval.limit=100]``.
 
 Or with an evaluation-only intervention (``hero.model.intervention``): ``python -m hero.rescore RUN_DIR
 intervention.unscaled=true`` (also ``intervention.force_execute=[29]``, ``intervention.identity_adapter=true``);
@@ -12,11 +12,23 @@ method's ``prepare``, then ``load``), scored on the suite that ``conf/eval/<name
 per backbone × suite and cached). The new record (``origin: rescored``, ``rescored_from``) goes
 to ``RUN_DIR/rescored/<suite>-<fingerprint>/results.json``, beside the dense baseline record of
 that suite, so ``python -m analysis.report RUN_DIR/rescored`` reads it like any study.
+
+Several runs at once (a calibration's trials: every router it trained, each a point on the method's
+Retain–skip curve): ``python -m hero.rescore outputs/calibration/trials/<bed>/<layers>/<variant>/*/*/*
+eval=smollm2 --into docs/studies/<study>/records``. Every run is checked before the first is scored; a run
+already scored on that suite is skipped, so a relaunch after an interruption goes on where it stopped, and
+two such commands side by side share the list (each run is claimed under an ``fcntl`` lock). ``--into``
+copies each new record to ``DIR/<method>-<variant>-<run dir name>-s<seed>/results.json`` (a trial's
+directory is named by its knob: ``hero-full+u900-alpha=0.0001-s42``), and the suite's dense record to
+``DIR/baselines/`` unless a record there already carries its ``baseline_key``.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -29,7 +41,7 @@ from hero.errors import ConfigError
 from hero.evaluation import check_config, suite_fingerprint
 from hero.pipeline import check_intervention, dense_baseline, intervention_of, score, seed_everything, set_threads
 from hero.records import RunRecord
-from hero.results import RESULTS_FILENAME, config_hash, is_completed, read_record_or_none
+from hero.results import RESULTS_FILENAME, config_hash, is_completed, read_record_or_none, write_atomic
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -63,17 +75,29 @@ def rescore_config(record: dict, overrides: list[str]):
     return cfg
 
 
-def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
-    """Score the run in ``run_dir`` on the suite of ``overrides``; returns the new record's path."""
-    start = time.time()
-    run_dir = Path(run_dir)
-    source = run_dir / RESULTS_FILENAME
-    record = read_record_or_none(source)
+def _checked(run_dir: Path, overrides: list[str]):
+    """The run's record and the config it is rescored under, or one line saying why it cannot be."""
+    record = read_record_or_none(run_dir / RESULTS_FILENAME)
     if not is_completed(record):
         raise RescoreError(f"{run_dir}: no completed run record ({RESULTS_FILENAME}) to rescore")
     cfg = rescore_config(record, overrides)
     if cfg.eval.suite == "none":
         raise RescoreError("eval=none: rescoring needs a suite to score on")
+    return record, cfg
+
+
+def rescored_path(run_dir: Path, cfg) -> Path:
+    """Where the rescoring of ``run_dir`` under ``cfg`` writes its record."""
+    name = f"{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}{intervention_of(cfg).suffix}"
+    return run_dir / "rescored" / name / RESULTS_FILENAME
+
+
+def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
+    """Score the run in ``run_dir`` on the suite of ``overrides``; returns the new record's path."""
+    start = time.time()
+    run_dir = Path(run_dir)
+    source = run_dir / RESULTS_FILENAME
+    record, cfg = _checked(run_dir, overrides)
     method = methods.get(cfg.method.name)
     set_threads(cfg)
     cache_root = str(cfg.paths.cache)
@@ -110,27 +134,88 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     )
     score(cfg, method, prepared, new, baseline, backbone, bed, layers, out_root, rank=0)
     new.wall_time_s = time.time() - start
-    name = f"{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}{intervention_of(cfg).suffix}"
-    return new.write(out_root / name / RESULTS_FILENAME)
+    return new.write(rescored_path(run_dir, cfg))
+
+
+def copy_into(path: Path, run_dir: Path, into: Path) -> Path:
+    """Copy the rescored record at ``path`` (and its suite's dense record) into the study folder ``into``."""
+    record = read_record_or_none(path)
+    target = into / f"{record['method']}-{record['variant']}-{run_dir.name}-s{record['seed']}" / RESULTS_FILENAME
+    write_atomic(target, record)
+    keys = {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"*/{RESULTS_FILENAME}")}
+    keys |= {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"baselines/*/{RESULTS_FILENAME}")}
+    for dense in sorted(path.parents[1].glob(f"baselines/*/{RESULTS_FILENAME}")):
+        if (read_record_or_none(dense) or {}).get("baseline_key") not in keys:
+            (into / "baselines" / dense.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dense, into / "baselines" / dense.parent.name / RESULTS_FILENAME)
+    return target
+
+
+def rescore_many(run_dirs: list[Path], overrides: list[str], into: Path | None = None):
+    """Rescore each run not yet scored on this suite, skipping runs another process holds; yields
+    ``(run_dir, record path, what happened)`` with ``scored``, ``already scored`` or ``taken``. Every run is
+    checked before the first is scored, so a bad one stops the command before any compute."""
+    plans = [(run_dir, rescored_path(run_dir, _checked(run_dir, overrides)[1])) for run_dir in run_dirs]
+    for run_dir, path in plans:
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.parent.parent / f"{path.parent.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield run_dir, path, "taken"
+                continue
+            state = "already scored" if is_completed(read_record_or_none(path)) else "scored"
+            if state == "scored":
+                rescore(run_dir, overrides)
+            if into is not None:
+                copy_into(path, run_dir, into)
+            yield run_dir, path, state
+
+
+_OVERRIDE = re.compile(r"[+~]{0,2}[A-Za-z_][\w.]*=")
+
+
+def split_arguments(arguments: list[str]) -> tuple[list[Path], list[str]]:
+    """Run directories and overrides from the positional arguments: ``key=value`` is an override unless it
+    names an existing directory (a trial's ``alpha=0.0001``); anything else is a run directory."""
+    runs, overrides = [], []
+    for arg in arguments:
+        if _OVERRIDE.match(arg) and not Path(arg).is_dir():
+            overrides.append(arg)
+        else:
+            runs.append(Path(arg))
+    return runs, overrides
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hero.rescore", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", help="a finished run's directory (holding results.json)")
-    ap.add_argument("overrides", nargs="*", help="eval=<suite> and eval.* / intervention.* / paths.* overrides")
+    ap.add_argument(
+        "arguments",
+        nargs="+",
+        metavar="RUN_DIR ... OVERRIDE ...",
+        help="finished runs' directories (each holding results.json), then eval=<suite> and eval.* / "
+        "intervention.* / paths.* overrides",
+    )
+    ap.add_argument("--into", type=Path, help="copy each new record (and the suite's dense record) into this folder")
     args = ap.parse_args(argv)
+    run_dirs, overrides = split_arguments(args.arguments)
     try:
-        path = rescore(args.run_dir, args.overrides)
+        if not run_dirs:
+            raise RescoreError(f"no run directory among {args.arguments}: give at least one finished run's directory")
+        for run_dir, path, state in rescore_many(run_dirs, overrides, args.into):
+            if state == "taken":
+                print(f"skipped {run_dir}: another process is scoring it", flush=True)
+                continue
+            record = read_record_or_none(path)
+            retain = (record.get("retain") or {}).get("value")
+            print(
+                f"{'rescored' if state == 'scored' else 'already scored'} {run_dir} on "
+                f"{record['eval_meta']['suite']}: Retain {'-' if retain is None else f'{retain:.2f}'} → {path}",
+                flush=True,
+            )
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         return 2
-    record = read_record_or_none(path)
-    retain = (record.get("retain") or {}).get("value")
-    print(
-        f"rescored {args.run_dir} on {record['eval_meta']['suite']}: Retain "
-        f"{'-' if retain is None else f'{retain:.2f}'} → {path}",
-        flush=True,
-    )
     return 0
 
 

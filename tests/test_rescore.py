@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +12,7 @@ from conftest import MICRO_RETAIN, compose_train
 
 from hero.errors import ConfigError
 from hero.pipeline import run
-from hero.rescore import main, rescore
+from hero.rescore import main, rescore, rescore_many, split_arguments
 
 
 @pytest.mark.parametrize("method", ["hero", "lora"])
@@ -48,3 +50,44 @@ def test_rescoring_without_the_trained_tensors_or_with_another_run_option_fails_
     with pytest.raises(ConfigError, match="no trained lora tensors"):
         rescore(tmp_path / "run", ["eval=tiny", MICRO_RETAIN])
     assert main([str(tmp_path / "nothing")]) == 2
+
+
+def test_rescoring_a_calibrations_trials_into_a_study_checks_every_run_first_and_resumes(
+    micro_overrides, tmp_path, capsys, monkeypatch
+):
+    trials = tmp_path / "trials"
+    for alpha in ("0.1", "1.0"):  # named as calibration names its trials: by the knob
+        run(compose_train([*micro_overrides, MICRO_RETAIN, f"alpha={alpha}"]), run_dir=trials / f"alpha={alpha}")
+    runs = [str(trials / "alpha=0.1"), str(trials / "alpha=1.0")]
+    into = tmp_path / "study" / "records"
+    assert main([*runs, str(tmp_path / "nothing"), "eval=tiny", MICRO_RETAIN, "--into", str(into)]) == 2
+    assert "nothing: no completed run record" in capsys.readouterr().err
+    assert not (trials / "alpha=0.1" / "rescored").exists() and not into.exists()  # refused before any compute
+    assert main(["eval=tiny"]) == 2 and "no run directory among" in capsys.readouterr().err
+
+    assert main([*runs, "eval=tiny", MICRO_RETAIN, "--into", str(into)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("rescored ") == 2 and "already scored" not in out
+    names = sorted(p.name for p in into.iterdir())
+    seed = json.loads((trials / "alpha=0.1" / "results.json").read_text())["seed"]
+    variant = json.loads((trials / "alpha=0.1" / "results.json").read_text())["variant"]
+    assert names == ["baselines", f"hero-{variant}-alpha=0.1-s{seed}", f"hero-{variant}-alpha=1.0-s{seed}"]
+    copied = into / f"hero-{variant}-alpha=1.0-s{seed}" / "results.json"
+    scored = next((trials / "alpha=1.0" / "rescored").glob("tiny-*/results.json"))
+    assert copied.read_text() == scored.read_text()
+    assert len(list((into / "baselines").iterdir())) == 1  # the suite's dense record, once
+
+    before = scored.stat().st_mtime_ns
+    assert main([*runs, "eval=tiny", MICRO_RETAIN]) == 0  # a relaunch scores nothing again
+    assert capsys.readouterr().out.count("already scored") == 2 and scored.stat().st_mtime_ns == before
+
+    with open(scored.parent.parent / f"{scored.parent.name}.lock", "w") as held:  # a second process scoring it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        states = [state for _, _, state in rescore_many([trials / "alpha=1.0"], ["eval=tiny", MICRO_RETAIN])]
+    assert states == ["taken"]
+
+    monkeypatch.chdir(trials)  # a trial directory named like an override is still a run
+    assert split_arguments(["alpha=0.1", "eval=tiny", "paths.cache=/tmp/x", "other/alpha=2"]) == (
+        [Path("alpha=0.1"), Path("other/alpha=2")],
+        ["eval=tiny", "paths.cache=/tmp/x"],
+    )
