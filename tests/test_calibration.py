@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, TOLERANCE_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec
+from hero.calibration.study import make_sampler
 from hero.calibration_file import (
     CalibrationLookupError,
     calibrated_alpha,
@@ -137,6 +138,10 @@ def test_extrapolation_past_the_explored_range_steps_as_far_as_the_secant_says()
     assert (first, two.propose(points, 0.06, [first], (-6.0, 1.0))) == pytest.approx((-2.75, -2.5))
     # no slope yet (one trial): a whole step, as before
     assert MonotoneSampler(x0=-3.0).propose([Point(-3.0, 0.0652)], 0.06, [], (-6.0, 1.0)) == pytest.approx(-4.0)
+    # calibration.step: a smaller first step when another budget says about where the target lies
+    sampler = make_sampler("monotone", -3.0, 1, 42, step=0.3)
+    assert sampler.propose([Point(-3.0, 0.0652)], 0.06, [], (-6.0, 1.0)) == pytest.approx(-3.3)
+    assert make_sampler("monotone", -3.0, 1, 42).step == 1.0  # null: the knob's own (α: one decade)
 
 
 def test_storage_urls_and_password_masking(tmp_path, monkeypatch):
@@ -533,6 +538,7 @@ def test_killing_and_rerunning_resumes_the_study(micro_cache, tmp_path):
             ],
             "cannot open postgresql://me:***@h/db",
         ),
+        (["target_skip=0.1", "calibration.step=0"], "calibration.step=0: must be a positive step"),
         (
             ["target_skip=0.1", "calibration.storage.kind=rdb", "calibration.storage.url=postgresql://me@h/db"],
             "password_env=HERO_OPTUNA_PASSWORD: the environment variable is not set (the password of postgresql://me@h/db",

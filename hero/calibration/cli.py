@@ -31,6 +31,19 @@ def targets_of(cfg: DictConfig) -> list[float]:
     return [float(v) for v in values]
 
 
+def step_of(cfg: DictConfig) -> float | None:
+    """``calibration.step``: the sampler's first step in the knob's x units; None: the knob's own."""
+    raw = cfg.calibration.get("step")
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw > 0:
+        raise CalibrationConfigError(
+            f"calibration.step={raw!r}: must be a positive step in the knob's x units (decades of α), "
+            "or null for the knob's own"
+        )
+    return float(raw)
+
+
 def plans_for(cfg: DictConfig) -> list[Plan]:
     """One plan per target of this variant config; bad variants and unreachable targets fail here."""
     from hero.pipeline import validate
@@ -44,6 +57,7 @@ def plans_for(cfg: DictConfig) -> list[Plan]:
             "skipgpt_rt, static_drop or random_skip)"
         )
     targets = targets_of(cfg)
+    step_of(cfg)
     ceiling, num_routable = param_ceiling(cfg, with_layers=True)
     for target in targets:
         if target >= ceiling:

@@ -81,11 +81,13 @@ class Outcome:
 
 
 def make_sampler(
-    kind: str, x0: float, parallel: int, seed: int, knob: Knob = ALPHA, storage=None
+    kind: str, x0: float, parallel: int, seed: int, knob: Knob = ALPHA, storage=None, step: float | None = None
 ) -> optuna.samplers.BaseSampler:
-    """The study's sampler; ``storage`` lets the monotone one read the studies of the other targets."""
+    """The study's sampler; ``storage`` lets the monotone one read the studies of the other targets; ``step``
+    (``calibration.step``) replaces the knob's first step."""
     if kind == "monotone":
-        return MonotoneSampler(x0=x0, parallel=parallel, step=knob.step, param=knob.name, storage=storage)
+        step = knob.step if step is None else float(step)
+        return MonotoneSampler(x0=x0, parallel=parallel, step=step, param=knob.name, storage=storage)
     if kind == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constant_liar=parallel > 1)
     raise ConfigError(f"calibration.sampler={kind!r}: allowed values are {', '.join(SAMPLERS)}")
@@ -167,7 +169,13 @@ class Calibration:
             knob, configured, plan.target, plan.max_param_rate, plan.num_routable, distribution.low, distribution.high
         )
         sampler = make_sampler(
-            self.ccfg.sampler, to_x(first, distribution), self.parallel, int(plan.cfg.seed), knob, self.storage
+            self.ccfg.sampler,
+            to_x(first, distribution),
+            self.parallel,
+            int(plan.cfg.seed),
+            knob,
+            self.storage,
+            self.ccfg.get("step"),
         )
         study = optuna.create_study(
             study_name=plan.name, storage=self.storage, sampler=sampler, direction="minimize", load_if_exists=True
