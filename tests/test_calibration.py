@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, TOLERANCE_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec
-from hero.calibration.study import make_sampler
+from hero.calibration.study import driver_id, make_sampler, reclaim_orphans
 from hero.calibration_file import (
     CalibrationLookupError,
     calibrated_alpha,
@@ -142,6 +142,26 @@ def test_extrapolation_past_the_explored_range_steps_as_far_as_the_secant_says()
     sampler = make_sampler("monotone", -3.0, 1, 42, step=0.3)
     assert sampler.propose([Point(-3.0, 0.0652)], 0.06, [], (-6.0, 1.0)) == pytest.approx(-3.3)
     assert make_sampler("monotone", -3.0, 1, 42).step == 1.0  # null: the knob's own (α: one decade)
+
+
+def test_an_interrupted_trial_runs_again_without_spending_a_retry():
+    # a 900-update trial (51 min) outlives the calibrating process: each interruption re-enqueues its α, and
+    # only a trial that raised spends one of storage.max_retry (once spent, interruptions used to end the study)
+    study = optuna.create_study(direction="minimize")
+    study.enqueue_trial({"alpha": 1e-4}, user_attrs={"retries": 2})
+    trial = study.ask()
+    trial.suggest_float("alpha", 1e-6, 10.0, log=True)
+    trial.set_user_attr("heartbeat", 0.0)  # no beat for longer than grace_s: its driver is gone
+    for _ in range(3):
+        assert reclaim_orphans(study, grace_s=180.0) == 1
+        (waiting,) = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+        assert waiting.user_attrs["retries"] == 2  # unchanged: no retry spent
+        trial = study.ask()  # the relaunched process takes it, and is interrupted again
+        assert trial.suggest_float("alpha", 1e-6, 10.0, log=True) == 1e-4
+        trial.set_user_attr("heartbeat", 0.0)
+    trial.set_user_attr("driver", driver_id())  # a live driver, beating: its trial is left alone
+    trial.set_user_attr("heartbeat", time.time())
+    assert reclaim_orphans(study, grace_s=180.0) == 0
 
 
 def test_storage_urls_and_password_masking(tmp_path, monkeypatch):

@@ -112,8 +112,12 @@ def _driver_gone(driver: str | None) -> bool:
     return False
 
 
-def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int, param: str = ALPHA.name) -> int:
-    """Fail the RUNNING trials of a dead calibrating process and re-enqueue their α; returns how many."""
+def reclaim_orphans(study: optuna.Study, grace_s: float, param: str = ALPHA.name) -> int:
+    """Fail the RUNNING trials of a dead calibrating process and re-enqueue their α; returns how many.
+
+    An interrupted driver (a killed process, a session's end, a preempted job) is not a failed trial: the same α
+    runs again, resuming from its checkpoint, without spending one of its ``storage.max_retry`` retries, which
+    count trials that raised (``_failed``). So a long trial interrupted any number of times still finishes."""
     now = time.time()
     reclaimed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -121,9 +125,9 @@ def reclaim_orphans(study: optuna.Study, grace_s: float, max_retry: int, param: 
         if not (_driver_gone(t.user_attrs.get("driver")) or stale):
             continue
         study.tell(t.number, state=TrialState.FAIL)
-        retries = int(t.user_attrs.get("retries", 0))
-        if param in t.params and retries < max_retry:
-            study.enqueue_trial({param: t.params[param]}, user_attrs={"retries": retries + 1, "retry_of": t.number})
+        if param in t.params:
+            retries = int(t.user_attrs.get("retries", 0))
+            study.enqueue_trial({param: t.params[param]}, user_attrs={"retries": retries, "retry_of": t.number})
         reclaimed += 1
     return reclaimed
 
@@ -194,9 +198,7 @@ class Calibration:
             study.set_user_attr(key, value)
         if self._native_heartbeat:
             optuna.storages.fail_stale_trials(study)
-        reclaimed = reclaim_orphans(
-            study, float(self.ccfg.storage.grace_s), int(self.ccfg.storage.max_retry), knob.name
-        )
+        reclaimed = reclaim_orphans(study, float(self.ccfg.storage.grace_s), knob.name)
         done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
         resumed = (
             f" (resumed: {done} finished trial(s), {reclaimed} orphaned trial(s) re-enqueued)"
@@ -250,7 +252,7 @@ class Calibration:
         failed = [
             t
             for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if int(t.user_attrs.get("retries", 0)) >= int(self.ccfg.storage.max_retry)
+            if "error" in t.user_attrs and int(t.user_attrs.get("retries", 0)) >= int(self.ccfg.storage.max_retry)
         ]
         waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
         knob, distribution = plan.knob, self.distributions[plan.name]
