@@ -19,6 +19,9 @@ import pytest
 from conftest import REPO, compose_train
 from omegaconf import OmegaConf
 
+from hero.calibration import compact as compact_module
+from hero.calibration.compact import JournalError, compact
+from hero.calibration.compact import main as compact_main
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, TOLERANCE_ATTR, MonotoneSampler
 from hero.calibration.storage import StorageConfigError, mask_secrets, mask_url, open_storage, storage_spec
 from hero.calibration.study import driver_id, make_sampler, reclaim_orphans
@@ -162,6 +165,50 @@ def test_an_interrupted_trial_runs_again_without_spending_a_retry():
     trial.set_user_attr("driver", driver_id())  # a live driver, beating: its trial is left alone
     trial.set_user_attr("heartbeat", time.time())
     assert reclaim_orphans(study, grace_s=180.0) == 0
+
+
+def test_compacting_a_journal_keeps_each_trials_last_heartbeat_and_refuses_one_in_flight(tmp_path, monkeypatch):
+    # each beat of a trial in flight is a journal line; the budget study's committed journal was 22,144 of 22,684
+    path = tmp_path / "c.journal"
+    spec = storage_spec(OmegaConf.create({"kind": "journal", "path": str(path)}), tmp_path)
+    study = optuna.create_study(study_name="c", storage=open_storage(spec))
+    for alpha in (1e-4, 2e-4):
+        trial = study.ask()
+        trial.suggest_float("alpha", 1e-6, 10.0, log=True)
+        trial.set_user_attr("driver", "gone-host:1")
+        for beat in range(1, 6):
+            trial.set_user_attr("heartbeat", float(beat))
+        trial.set_user_attr(SKIP_ATTR, alpha * 500)
+        study.tell(trial, alpha * 500)
+    orphan = study.ask()  # RUNNING, but its last beat (5.0) is long past grace_s
+    orphan.set_user_attr("driver", "gone-host:1")
+    for beat in range(1, 6):
+        orphan.set_user_attr("heartbeat", float(beat))
+    before = path.read_bytes().splitlines(keepends=True)
+    trials = optuna.load_study(study_name="c", storage=open_storage(spec)).trials
+
+    assert compact_main([str(path)]) == 0
+    after = path.read_bytes().splitlines(keepends=True)
+    assert len(before) - len(after) == 3 * 4  # four superseded beats per trial
+    assert [line for line in before if line in after] == after  # a subsequence, byte for byte
+    reread = optuna.load_study(study_name="c", storage=open_storage(spec)).trials
+    assert reread == trials and [t.user_attrs["heartbeat"] for t in reread] == [5.0, 5.0, 5.0]
+    assert compact(path) == (len(after), len(after))  # nothing left to drop
+
+    orphan.set_user_attr("heartbeat", time.time())  # beating again: a calibrate.py reads this file
+    orphan.set_user_attr("heartbeat", time.time())
+    held = path.read_bytes()
+    with pytest.raises(
+        JournalError, match=r"trial 2 of c \(driver gone-host:1\) is in flight; stop its calibrate.py first"
+    ):
+        compact(path)
+    assert path.read_bytes() == held
+    orphan.set_user_attr("heartbeat", 5.0)
+    held = path.read_bytes()
+    monkeypatch.setattr(compact_module, "compacted_lines", lambda lines, _: lines[:3] + lines[4:])  # loses a record
+    with pytest.raises(JournalError, match="replays to different trials; nothing was changed"):
+        compact(path)
+    assert path.read_bytes() == held and not list(tmp_path.glob("*.compacting"))
 
 
 def test_storage_urls_and_password_masking(tmp_path, monkeypatch):

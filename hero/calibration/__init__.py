@@ -9,6 +9,7 @@ calibration file that ``train.py alpha=calibrated calibration.target_skip=0.2687
     knobs.py     what each method is calibrated by: α (HeRo), target_ratio / k / p (hero.baselines)
     sampler.py   MonotoneSampler: bracket in log α (or the knob), then secant / bisection (Optuna sampler)
     storage.py   SQLite / RDB URL / journal file; password from the environment, masked output
+    compact.py   drop a journal file's superseded heartbeat lines (``python -m hero.calibration.compact``)
     study.py     the ask/tell loop: ``parallel`` trials in flight across all studies
     trials.py    one trial = a real (optionally shortened) training run, inline / local / SLURM
     bench.py     monotone sampler vs TPE: trials to reach the tolerance

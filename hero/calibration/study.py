@@ -112,6 +112,11 @@ def _driver_gone(driver: str | None) -> bool:
     return False
 
 
+def orphaned(trial: optuna.trial.FrozenTrial, grace_s: float, now: float) -> bool:
+    """A RUNNING trial nobody drives: its calibrating process is gone, or it has not beaten for ``grace_s``."""
+    return _driver_gone(trial.user_attrs.get("driver")) or now - float(trial.user_attrs.get("heartbeat", 0.0)) > grace_s
+
+
 def reclaim_orphans(study: optuna.Study, grace_s: float, param: str = ALPHA.name) -> int:
     """Fail the RUNNING trials of a dead calibrating process and re-enqueue their α; returns how many.
 
@@ -121,8 +126,7 @@ def reclaim_orphans(study: optuna.Study, grace_s: float, param: str = ALPHA.name
     now = time.time()
     reclaimed = 0
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        stale = now - float(t.user_attrs.get("heartbeat", 0.0)) > grace_s
-        if not (_driver_gone(t.user_attrs.get("driver")) or stale):
+        if not orphaned(t, grace_s, now):
             continue
         study.tell(t.number, state=TrialState.FAIL)
         if param in t.params:
