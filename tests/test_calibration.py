@@ -145,6 +145,13 @@ def test_extrapolation_past_the_explored_range_steps_as_far_as_the_secant_says()
     sampler = make_sampler("monotone", -3.0, 1, 42, step=0.3)
     assert sampler.propose([Point(-3.0, 0.0652)], 0.06, [], (-6.0, 1.0)) == pytest.approx(-3.3)
     assert make_sampler("monotone", -3.0, 1, 42).step == 1.0  # null: the knob's own (α: one decade)
+    # a sibling's trials are not this study's misses: the 900-update HeRo 12 % study, its own α 2e-4 → 5.00 % and
+    # its 6 % sibling's 2.5e-5 → 0 %, 1e-4 → 9.34 % (falling: no slope), stepped 0.3 × 2² = 1.2 decades, not 0.3
+    own = [Point(-3.7, 0.0500, number=0)]
+    shared = [Point(-4.6, 0.0, number=4), Point(-4.0, 0.0934, number=2)]
+    assert sampler.propose(own, 0.12, [], (-6.0, 1.0), shared=shared) == pytest.approx(-3.4)
+    two_own = [Point(-3.7, 0.0500, number=0), Point(-3.4, 0.0800, number=1)]  # its own second miss doubles it
+    assert sampler.propose(two_own, 0.12, [], (-6.0, 1.0), shared=shared) == pytest.approx(-3.4 + 0.6)
 
 
 def test_an_interrupted_trial_runs_again_without_spending_a_retry():

@@ -10,8 +10,8 @@ as the user attribute ``skip`` and the target the study stored as ``target_skip`
   flight, spread outwards from it in steps of ``step`` decades;
 * all finished trials on one side of the target: extrapolate along the secant of the two
   points nearest the target (at least ``min_expand`` and at most ``step`` decades past the
-  explored range, doubling ``step`` after each miss), or step by ``step`` when there is no
-  slope yet; parallel proposals continue further out in the same direction, spaced as far
+  explored range, doubling ``step`` after each of the study's own misses), or step by ``step``
+  when there is no rising slope; parallel proposals continue further out in the same direction, spaced as far
   apart as the first proposal is from the explored range;
 * a bracket [x_lo, x_hi] with skip(x_lo) < target < skip(x_hi): the secant through the
   bracket ends (regula falsi), or the midpoint (bisection) when the last two finished trials
@@ -211,13 +211,13 @@ class MonotoneSampler(BaseSampler):
             delta = width / (2 * self.parallel + 2)
             inside = [x + sign * k * delta for k in range(1, n) for sign in (1, -1)]
             return [x] + [c for c in inside if lo.x < c < hi.x], delta
-        return self._expand(points, target, below=hi is None)
+        return self._expand(points, target, below=hi is None, misses=len(points if own is None else own))
 
-    def _expand(self, points: list[Point], target: float, below: bool) -> tuple[list[float], float]:
-        """Every finished skip rate is under the target (``below``) or over it: step outwards."""
+    def _expand(self, points: list[Point], target: float, below: bool, misses: int) -> tuple[list[float], float]:
+        """Every finished skip rate is under the target (``below``) or over it: step outwards, ``step`` doubled
+        for each of the study's own ``misses`` after the first (a sibling's trial is not a step this study took)."""
         direction = 1.0 if below else -1.0
         edge = max(p.x for p in points) if below else min(p.x for p in points)
-        misses = len(points)
         step = self.step * 2.0 ** max(0, misses - 1)
         first = edge + direction * step
         guess = secant(sorted(points, key=lambda p: abs(p.skip - target))[:2], target)
