@@ -23,26 +23,23 @@ import time
 from pathlib import Path
 
 import optuna
-from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+from optuna.storages.journal import JournalFileOpenLock
 from optuna.storages.journal._storage import JournalOperation  # the journal's own op codes
 from optuna.trial import TrialState
 
-from hero.calibration.study import orphaned
+from hero.calibration.storage import StorageSpec, open_storage
+from hero.calibration.study import HEARTBEAT_ATTR, orphaned
 from hero.errors import ConfigError
-
-HEARTBEAT = "heartbeat"
 
 
 class JournalError(ConfigError):
     """The journal cannot be compacted as asked."""
 
 
-def _storage(path: Path) -> optuna.storages.JournalStorage:
-    return optuna.storages.JournalStorage(JournalFileBackend(str(path), lock_obj=JournalFileOpenLock(str(path))))
-
-
 def _is_beat(op: dict) -> bool:
-    return op.get("op_code") == JournalOperation.SET_TRIAL_USER_ATTR and set(op.get("user_attr", {})) == {HEARTBEAT}
+    return op.get("op_code") == JournalOperation.SET_TRIAL_USER_ATTR and set(op.get("user_attr", {})) == {
+        HEARTBEAT_ATTR
+    }
 
 
 def compacted_lines(lines: list[bytes], path: Path) -> list[bytes]:
@@ -80,12 +77,15 @@ def _snapshot(storage: optuna.storages.JournalStorage) -> list:
     ]
 
 
-def compact(path: str | os.PathLike, grace_s: float = 180.0) -> tuple[int, int]:
-    """Compact the journal at ``path`` in place; returns (lines before, lines after)."""
+def compact(path: str | os.PathLike, grace_s: float | None = None) -> tuple[int, int]:
+    """Compact the journal at ``path`` in place; returns (lines before, lines after).
+    ``grace_s``: a beat this recent marks a trial in flight (None: ``calibration.storage.grace_s``'s default)."""
     path = Path(path)
     if not path.is_file():
         raise JournalError(f"{path}: no such journal file")
-    busy = _in_flight(_storage(path), grace_s)
+    spec = StorageSpec("journal", str(path))
+    original = open_storage(spec)
+    busy = _in_flight(original, spec.grace_s if grace_s is None else grace_s)
     if busy:
         raise JournalError(f"{path}: {busy[0]} is in flight; stop its calibrate.py first (nothing was changed)")
     lock = JournalFileOpenLock(str(path))
@@ -97,7 +97,7 @@ def compact(path: str | os.PathLike, grace_s: float = 180.0) -> tuple[int, int]:
             return len(lines), len(kept)
         tmp = path.with_name(path.name + ".compacting")
         tmp.write_bytes(b"".join(kept))
-        if _snapshot(_storage(tmp)) != _snapshot(_storage(path)):
+        if _snapshot(open_storage(StorageSpec("journal", str(tmp)))) != _snapshot(original):
             tmp.unlink()
             raise JournalError(f"{path}: the compacted journal replays to different trials; nothing was changed")
         os.replace(tmp, path)
@@ -109,7 +109,12 @@ def compact(path: str | os.PathLike, grace_s: float = 180.0) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hero.calibration.compact", description=__doc__.splitlines()[0])
     parser.add_argument("journal", nargs="+", help="journal file(s) of calibration.storage.kind=journal")
-    parser.add_argument("--grace-s", type=float, default=180.0, help="a beat this recent means a trial in flight")
+    parser.add_argument(
+        "--grace-s",
+        type=float,
+        default=None,
+        help="a beat this recent means a trial in flight (default: storage.grace_s's, 180)",
+    )
     args = parser.parse_args(argv)
     try:
         for journal in args.journal:

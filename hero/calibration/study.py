@@ -45,6 +45,7 @@ from hero.errors import ConfigError
 from hero.knobs import ALPHA, Knob
 
 SAMPLERS = ("monotone", "tpe")
+HEARTBEAT_ATTR = "heartbeat"
 # The loop records heartbeats itself (ask/tell, not Study.optimize), which is what Optuna warns about.
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
@@ -114,7 +115,9 @@ def _driver_gone(driver: str | None) -> bool:
 
 def orphaned(trial: optuna.trial.FrozenTrial, grace_s: float, now: float) -> bool:
     """A RUNNING trial nobody drives: its calibrating process is gone, or it has not beaten for ``grace_s``."""
-    return _driver_gone(trial.user_attrs.get("driver")) or now - float(trial.user_attrs.get("heartbeat", 0.0)) > grace_s
+    return (
+        _driver_gone(trial.user_attrs.get("driver")) or now - float(trial.user_attrs.get(HEARTBEAT_ATTR, 0.0)) > grace_s
+    )
 
 
 def reclaim_orphans(study: optuna.Study, grace_s: float, param: str = ALPHA.name) -> int:
@@ -360,7 +363,7 @@ class Calibration:
         """Mark a trial in flight as alive (Optuna's heartbeat on RDB storages, a user attribute everywhere)."""
         if driver:
             trial.set_user_attr("driver", self.driver)
-        trial.set_user_attr("heartbeat", time.time())
+        trial.set_user_attr(HEARTBEAT_ATTR, time.time())
         if self._native_heartbeat:
             self.storage.record_heartbeat(trial._trial_id)
 
