@@ -1,4 +1,5 @@
-"""PNG figures: quality–cost curves, quality vs latency, per-layer FFN usage, per-token skip, learned ρ.
+"""PNG figures: quality–cost curves, quality vs latency, per-layer FFN usage, per-token skip, learned ρ,
+Retain against training budget, training curves.
 
 Each function takes polars frames from the other ``analysis`` modules, writes one
 PNG (matplotlib, Agg backend) and returns its path, or ``None`` when the records
@@ -223,6 +224,29 @@ def retain_vs_updates(points: pl.DataFrame, path: Path) -> Path | None:
         ax.set_ylabel("Retain")
         ax.set_title(backbone)
         ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def training_trajectory(rows: pl.DataFrame, path: Path) -> Path | None:
+    """One panel per (backbone, method, variant): training-batch parameter skip (%) against the update, one line
+    per run, labelled by its α or knob and seed (``analysis.trajectory``)."""
+    if rows.height == 0:
+        return None
+    panels = rows.select("backbone", "method", "variant").unique(maintain_order=True).sort(pl.all())
+    cols = min(3, panels.height)
+    nrows = -(-panels.height // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.8 * nrows), squeeze=False)
+    for ax, panel in zip(axes.flat, panels.iter_rows(named=True)):
+        part = rows.filter(*(pl.col(k) == v for k, v in panel.items()))
+        for (alpha, knob, seed, _), line in part.group_by(["alpha", "knob", "seed", "path"], maintain_order=True):
+            knob_text = f"knob {knob:.4g}" if knob is not None else f"α {alpha:.3g}"
+            ax.plot(line["step"].to_numpy(), line["param_skip"].to_numpy(), lw=1.0, label=f"{knob_text}, s{seed}")
+        ax.set_xlabel("update")
+        ax.set_ylabel("training-batch parameter skip (%)")
+        ax.set_title(f"{panel['backbone']} {panel['method']}/{panel['variant']}", fontsize=9)
+        ax.legend(fontsize=6, ncol=2)
+    for ax in list(axes.flat)[panels.height :]:
+        ax.set_visible(False)
     return _save(fig, path)
 
 

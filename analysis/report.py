@@ -29,6 +29,8 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   comparisons use the net compute skip (``skip.net_compute_rate``: FFN FLOPs saved minus router and
   adapter FLOPs, ``hero.model.flops``) instead of the parameter skip; the paper tables and the
   calibration table keep the parameter skip;
+* ``training_trajectory.{csv,png}`` when records carry training curves: each run's training-batch parameter
+  skip and loss per window of updates, calibration trials included (``analysis.trajectory``);
 * ``problems.{csv,md}`` — failed, incomplete, invalid, unreadable and duplicate runs;
 * PNG plots (``analysis.plots``) and ``summary.json``;
 * with ``--notebooks``, the executed analysis notebooks under ``notebooks/``;
@@ -61,6 +63,7 @@ from analysis.stats import summarize
 from analysis.tables import Table, build_table, close_to, paper_tables
 from analysis.training_budget import has_budgets
 from analysis.training_budget import write as write_training_budget
+from analysis.trajectory import write as write_trajectory
 
 PAPER_MAIN = {"alpha": 1e-3, "memory_dim": 64, "layer_set": "second_half"}
 """The paper's main setting (HERO_SPEC §8): only a tie-break when the records do not decide."""
@@ -271,6 +274,7 @@ def run_report(args: argparse.Namespace) -> dict:
         files += [_csv(calibrated, out / "calibration.csv"), out / "calibration.md"]
         (out / "calibration.md").write_text(_calibration_markdown(calibrated))
         summary["calibration"] = calibrated.to_dicts()
+    files += write_trajectory(frame, out, plots=not args.no_plots)
 
     if args.skip_axis == "net_compute":
         frame, note = net_compute_axis(frame)

@@ -26,7 +26,9 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
                                task and averaged, over tasks with a known chance level (the paper suites;
                                ``hero.evaluation.retain.chance_normalised``): value, baseline, tasks, chance,
                                per_task, undefined
-    train           dict       final_loss, final_lm_loss, final_skip_loss, steps, tokens, ... (None: untrained)
+    train           dict       final_loss, final_lm_loss, final_skip_loss, steps, tokens, train_param_skip, trajectory
+                               (per window of trainer.log_every updates: mean loss terms and training-batch
+                               parameter skip, hero.training.trajectory) (None: untrained)
     skip            dict       param_rate (share of backbone parameters skipped, per token, 0-1),
                                ffn_execution_rate (share of routable FFN calls that ran), per_layer_ffn_rate,
                                per_layer_mean_gate (g over all tokens), per_layer_executed_gate (g over

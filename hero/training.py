@@ -49,7 +49,8 @@ class TrainSummary:
     final_lm_loss: float
     final_skip_loss: float
     train_param_skip: float  # realized parameter skip rate of the last update's batch
-    history: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)  # every update's metrics, kept across resumes
+    log_every: int = 10
 
     def as_record(self) -> dict:
         return {
@@ -59,7 +60,27 @@ class TrainSummary:
             "final_lm_loss": self.final_lm_loss,
             "final_skip_loss": self.final_skip_loss,
             "train_param_skip": self.train_param_skip,
+            "trajectory": trajectory(self.history, self.log_every),
         }
+
+
+TRAJECTORY_FIELDS = ("loss", "lm_loss", "skip_loss", "param_skip")
+
+
+def trajectory(history: list[dict], every: int) -> list[dict]:
+    """The training curve a record keeps: each of ``TRAJECTORY_FIELDS`` averaged over the updates of a window.
+
+    Windows are updates ``(w·every, (w+1)·every]`` (``trainer.log_every``), each row keyed by the last update it
+    holds; ``param_skip`` is the batch's parameter skip rate over its non-padding tokens (``SkipMeter``). A run
+    resumed from a checkpoint written before checkpoints carried the history starts its rows at the resume.
+    """
+    windows: dict[int, list[dict]] = {}
+    for metrics in history:
+        windows.setdefault((metrics["step"] - 1) // every, []).append(metrics)
+    return [
+        {"step": rows[-1]["step"], **{k: sum(r[k] for r in rows) / len(rows) for k in TRAJECTORY_FIELDS}}
+        for rows in windows.values()
+    ]
 
 
 def check_config(tcfg) -> None:
@@ -185,18 +206,19 @@ def fit(
     if tcfg.gradient_checkpointing:
         model.activation_checkpointing_enable()
     checkpoint_dir = Path(checkpoint_dir)
-    start_step, tokens = load_latest(checkpoint_dir, named, optimizer, scheduler)
+    start_step, tokens, history = load_latest(checkpoint_dir, named, optimizer, scheduler)
     pad_id = dataset.tokenizer.pad_token_id
     labelled_logits, pad_waste = bool(tcfg.get("labelled_logits", False)), float(tcfg.get("pad_waste", 1.0))
     prefix_cache = _prefix_cache(model, dataset, tcfg, device) if tcfg.get("prefix_cache", False) else None
     model.train()
-    history: list[dict] = []
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
     step_meter = SkipMeter(model) if routed else None
     scheduled = [m for m in model.modules() if hasattr(m, "set_progress")]  # e.g. SkipGPT-RT's annealed T
     completed = {"step": start_step, "tokens": tokens}
     unregister = (
-        _save_on_preemption(checkpoint_dir, completed, named, optimizer, scheduler, tcfg) if rank == 0 else None
+        _save_on_preemption(checkpoint_dir, completed, history, named, optimizer, scheduler, tcfg)
+        if rank == 0
+        else None
     )
     bar = tqdm(
         range(start_step, updates),
@@ -248,7 +270,6 @@ def fit(
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        completed.update(step=step + 1, tokens=tokens)
         metrics = {
             "step": step + 1,
             **sums,
@@ -258,6 +279,7 @@ def fit(
         }
         last = metrics
         history.append(metrics)
+        completed.update(step=step + 1, tokens=tokens)
         bar.set_postfix(
             loss=f"{sums['loss']:.3f}",
             lm=f"{sums['lm_loss']:.3f}",
@@ -267,7 +289,9 @@ def fit(
         if on_log and rank == 0 and ((step + 1) % tcfg.log_every == 0 or step + 1 == updates):
             on_log(metrics)
         if (step + 1) % tcfg.checkpoint_every == 0 and step + 1 < updates and rank == 0:
-            save_checkpoint(checkpoint_dir, step + 1, tokens, named, optimizer, scheduler, tcfg.keep_checkpoints)
+            save_checkpoint(
+                checkpoint_dir, step + 1, tokens, named, optimizer, scheduler, tcfg.keep_checkpoints, history
+            )
     if unregister is not None:
         unregister()
     model.eval()
@@ -279,6 +303,7 @@ def fit(
         final_skip_loss=last["skip_loss"],
         train_param_skip=last["param_skip"],
         history=history,
+        log_every=tcfg.log_every,
     )
 
 
@@ -300,7 +325,7 @@ def _prefix_cache(model: nn.Module, dataset: SFTDataset, tcfg, device: torch.dev
     return first, states
 
 
-def _save_on_preemption(directory: Path, completed: dict, named, optimizer, scheduler, tcfg):
+def _save_on_preemption(directory: Path, completed: dict, history: list[dict], named, optimizer, scheduler, tcfg):
     """Under the SLURM launcher, save the last completed update when the job is preempted or times out.
 
     submitit calls the hook from its USR2 handler, then requeues; the requeued job resumes
@@ -309,7 +334,14 @@ def _save_on_preemption(directory: Path, completed: dict, named, optimizer, sche
     """
     return register_checkpoint_fn(
         lambda: save_checkpoint(
-            directory, completed["step"], completed["tokens"], named, optimizer, scheduler, tcfg.keep_checkpoints
+            directory,
+            completed["step"],
+            completed["tokens"],
+            named,
+            optimizer,
+            scheduler,
+            tcfg.keep_checkpoints,
+            [m for m in history if m["step"] <= completed["step"]],
         )
     )
 
@@ -325,13 +357,22 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(
-    directory: Path, step: int, tokens: int, named: dict[str, torch.Tensor], optimizer, scheduler, keep: int
+    directory: Path,
+    step: int,
+    tokens: int,
+    named: dict[str, torch.Tensor],
+    optimizer,
+    scheduler,
+    keep: int,
+    history: list[dict] = (),
 ) -> Path:
-    """Write ``step-<n>.pt`` atomically (temp file + rename), keep the newest ``keep``."""
+    """Write ``step-<n>.pt`` atomically (temp file + rename), keep the newest ``keep``; ``history`` is every update's
+    metrics so far, so that a resumed run's record keeps the whole training curve."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = {
         "step": step,
         "tokens": tokens,
+        "history": list(history),
         "trainable": {n: p.detach().cpu() for n, p in named.items()},
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
@@ -351,11 +392,12 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def load_latest(directory: Path, named: dict[str, torch.Tensor], optimizer, scheduler) -> tuple[int, int]:
-    """Restore the newest checkpoint in ``directory``; returns (step to continue from, tokens seen)."""
+def load_latest(directory: Path, named: dict[str, torch.Tensor], optimizer, scheduler) -> tuple[int, int, list[dict]]:
+    """Restore the newest checkpoint in ``directory``; returns (step to continue from, tokens seen, the updates'
+    metrics so far: empty for a checkpoint written before checkpoints carried them)."""
     path = latest_checkpoint(directory)
     if path is None:
-        return 0, 0
+        return 0, 0, []
     payload = torch.load(path, map_location="cpu", weights_only=False)
     if set(payload["trainable"]) != set(named):
         raise TrainingConfigError(
@@ -368,7 +410,7 @@ def load_latest(directory: Path, named: dict[str, torch.Tensor], optimizer, sche
     scheduler.load_state_dict(payload["scheduler"])
     set_rng_state(payload["rng"])
     print(f"resumed from {path} (step {payload['step']})", flush=True)
-    return int(payload["step"]), int(payload["tokens"])
+    return int(payload["step"]), int(payload["tokens"]), list(payload.get("history", []))
 
 
 def remove_checkpoints(directory: Path) -> None:

@@ -145,7 +145,12 @@ def test_same_seed_same_result(micro_overrides, tmp_path):
 
 
 def test_resume_after_crash_equals_uninterrupted_run(micro_overrides, tmp_path, monkeypatch):
-    overrides = micro_overrides + ["trainer.max_steps=4", "trainer.checkpoint_every=2", "eval=none"]
+    overrides = micro_overrides + [
+        "trainer.max_steps=4",
+        "trainer.checkpoint_every=2",
+        "trainer.log_every=3",
+        "eval=none",
+    ]
     reference = run(compose_train(overrides + [f"paths.root={tmp_path}/ref"]), run_dir=tmp_path / "ref")
     import hero.training as training
 
@@ -166,6 +171,9 @@ def test_resume_after_crash_equals_uninterrupted_run(micro_overrides, tmp_path, 
     b = json.loads((tmp_path / "crash-2" / "results.json").read_text())
     assert resumed == reference
     assert a["train"] == b["train"] and a["skip"] == b["skip"] and a["rho"] == b["rho"]
+    # the training curve spans the crash: the window of updates 1-3 holds two updates from before the resume
+    assert [row["step"] for row in b["train"]["trajectory"]] == [3, 4]
+    assert b["train"]["trajectory"][-1]["loss"] == b["train"]["final_loss"]
 
 
 @pytest.mark.parametrize("method", ["hero", "skipgpt_rt"])
