@@ -240,7 +240,8 @@ def training_trajectory(rows: pl.DataFrame, path: Path) -> Path | None:
         part = rows.filter(*(pl.col(k) == v for k, v in panel.items()))
         for (alpha, knob, seed, _), line in part.group_by(["alpha", "knob", "seed", "path"], maintain_order=True):
             knob_text = f"knob {knob:.4g}" if knob is not None else f"α {alpha:.3g}"
-            ax.plot(line["step"].to_numpy(), line["param_skip"].to_numpy(), lw=1.0, label=f"{knob_text}, s{seed}")
+            steps, skip = line["step"].to_numpy(), line["param_skip"].to_numpy()
+            ax.plot(steps, skip, lw=1.0, marker=".", ms=3, label=f"{knob_text}, s{seed}")
         ax.set_xlabel("update")
         ax.set_ylabel("training-batch parameter skip (%)")
         ax.set_title(f"{panel['backbone']} {panel['method']}/{panel['variant']}", fontsize=9)
