@@ -18,10 +18,11 @@ from pathlib import Path
 import polars as pl
 
 from analysis.load import KEYS
+from analysis.training_budget import TARGET
 
 COLUMN = "train.trajectory"
-TARGET = "config.calibration.target_skip"
 FIELDS = ("loss", "lm_loss", "skip_loss", "param_skip")
+"""``hero.training.TRAJECTORY_FIELDS``, restated: analysis does not import torch."""
 
 
 def trajectory_rows(frame: pl.DataFrame) -> pl.DataFrame:
