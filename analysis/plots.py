@@ -238,7 +238,7 @@ def training_trajectory(rows: pl.DataFrame, path: Path) -> Path | None:
     fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.8 * nrows), squeeze=False)
     for ax, panel in zip(axes.flat, panels.iter_rows(named=True)):
         part = rows.filter(*(pl.col(k) == v for k, v in panel.items()))
-        for (alpha, knob, seed, _), line in part.group_by(["alpha", "knob", "seed", "path"], maintain_order=True):
+        for (alpha, knob, seed, _), line in part.group_by(["alpha", "knob", "seed", "run"], maintain_order=True):
             knob_text = f"knob {knob:.4g}" if knob is not None else f"α {alpha:.3g}"
             steps, skip = line["step"].to_numpy(), line["param_skip"].to_numpy()
             ax.plot(steps, skip, lw=1.0, marker=".", ms=3, label=f"{knob_text}, s{seed}")

@@ -7,8 +7,9 @@ block, which is measured on the evaluation tokens. Calibration trials carry it t
 trials show, for each α or target ratio, whether the skip had settled by the last update or was still moving.
 
 One row per (run, window): the run's ``KEYS``, seed, calibration target (``config.calibration.target_skip``,
-null for a fixed knob), the window's last update (``step``), ``loss``, ``lm_loss``, ``skip_loss`` and
-``param_skip`` in %. Runs without a trajectory (untrained, or recorded before records carried one) have no rows.
+null for a fixed knob), the record's folder name (``run``: it tells apart runs of one config, and does not
+depend on how the records directory was named on the command line, so the table rebuilds byte for byte), the
+window's last update (``step``), ``loss``, ``lm_loss``, ``skip_loss`` and ``param_skip`` in %. Runs without a trajectory (untrained, or recorded before records carried one) have no rows.
 """
 
 from __future__ import annotations
@@ -34,12 +35,18 @@ def trajectory_rows(frame: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame()
     target = pl.col(TARGET).cast(pl.Float64) if TARGET in runs.columns else pl.lit(None, pl.Float64)
     return (
-        runs.select(*KEYS, "seed", target.alias("target"), "path", pl.col(COLUMN).alias("window"))
+        runs.select(
+            *KEYS,
+            "seed",
+            target.alias("target"),
+            pl.col("path").map_elements(lambda p: Path(p).parent.name, return_dtype=pl.String).alias("run"),
+            pl.col(COLUMN).alias("window"),
+        )
         .explode("window")
         .unnest("window")
-        .select(*KEYS, "seed", "target", "path", "step", *FIELDS)
+        .select(*KEYS, "seed", "target", "run", "step", *FIELDS)
         .with_columns(pl.col("param_skip") * 100.0)
-        .sort([*KEYS, "seed", "path", "step"], nulls_last=True)
+        .sort([*KEYS, "seed", "run", "step"], nulls_last=True)
     )
 
 

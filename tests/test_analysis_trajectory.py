@@ -46,3 +46,15 @@ def test_records_without_curves_write_no_trajectory_file(tmp_path):
     write_run(root, RunSpec(scores={"arc_easy": 0.7}, skip=0.05))
     assert report_main([str(root), "--out", str(tmp_path / "report"), "--no-plots"]) == 0
     assert not (tmp_path / "report" / "training_trajectory.csv").exists()
+
+
+def test_the_table_does_not_depend_on_how_the_records_directory_is_named(tmp_path, monkeypatch):
+    """A committed study's report rebuilds byte for byte whether its records are passed relative or absolute."""
+    root = tmp_path / "records"
+    write_run(root, _trial(1e-4, [0.0, 0.03]))
+    monkeypatch.chdir(tmp_path)
+    assert report_main(["records", "--out", "relative", "--no-plots"]) == 0
+    assert report_main([str(root), "--out", "absolute", "--no-plots"]) == 0
+    relative = (tmp_path / "relative" / "training_trajectory.csv").read_bytes()
+    assert relative == (tmp_path / "absolute" / "training_trajectory.csv").read_bytes()
+    assert pl.read_csv(tmp_path / "relative" / "training_trajectory.csv")["run"].to_list() == ["trial-a0.0001-s42"] * 2
