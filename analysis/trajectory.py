@@ -9,7 +9,8 @@ trials show, for each α or target ratio, whether the skip had settled by the la
 One row per (run, window): the run's ``KEYS``, seed, calibration target (``config.calibration.target_skip``,
 null for a fixed knob), the record's folder name (``run``: it tells apart runs of one config, and does not
 depend on how the records directory was named on the command line, so the table rebuilds byte for byte), the
-window's last update (``step``), ``loss``, ``lm_loss``, ``skip_loss`` and ``param_skip`` in %. Runs without a trajectory (untrained, or recorded before records carried one) have no rows.
+window's last update (``step``), ``loss``, ``lm_loss``, ``skip_loss`` and ``param_skip`` in %. Runs without a
+trajectory (untrained, or recorded before records carried one) have no rows.
 """
 
 from __future__ import annotations
