@@ -357,7 +357,8 @@ class FakeExecutor:
         return job
 
 
-def test_trials_run_asynchronously_a_new_one_starts_when_a_slot_frees(tmp_path):
+def _fake_calibration(tmp_path, **kwargs):
+    """Two studies (5 % and 15 %) of the logistic response, 2 trial slots, on ``FakeExecutor``."""
     from hero.calibration.study import Calibration, Plan
 
     ccfg = OmegaConf.create(
@@ -387,13 +388,32 @@ def test_trials_run_asynchronously_a_new_one_starts_when_a_slot_frees(tmp_path):
     ]
     executor = FakeExecutor()
     storage = open_storage(storage_spec(OmegaConf.create({"kind": "sqlite"}), tmp_path))
-    outcomes = Calibration(plans, storage, executor, ccfg, str(tmp_path / "trials"), log=lambda _: None).run()
+    calibration = Calibration(plans, storage, executor, ccfg, str(tmp_path / "trials"), log=lambda _: None, **kwargs)
+    return calibration, executor
+
+
+def test_trials_run_asynchronously_a_new_one_starts_when_a_slot_frees(tmp_path):
+    calibration, executor = _fake_calibration(tmp_path)
+    outcomes = calibration.run()
     assert all(o.error is None and abs(o.skip - o.plan.target) <= 0.005 for o in outcomes)
     # Never more than 2 in flight, and trials start one at a time as slots free (not in batches of 2).
     starts = [t for t, _, _ in executor.started]
     assert all(running <= 1 for _, _, running in executor.started)
     assert len(set(starts[2:])) == len(starts[2:])
     assert all(o.trials <= 8 for o in outcomes), [o.trials for o in outcomes]  # 2 in flight: ≤ 4 rounds
+
+
+def test_each_study_is_reported_as_it_ends_while_the_other_still_runs(tmp_path):
+    """The CLI writes a reached value to the calibration file from this callback, so a seeded run at one level can
+    start while the other level's study is still training trials."""
+    ended = []
+    calibration, executor = _fake_calibration(
+        tmp_path, on_outcome=lambda o: ended.append((o.plan.name, executor.clock[0], len(executor.started)))
+    )
+    outcomes = calibration.run()
+    assert sorted(name for name, _, _ in ended) == sorted(o.plan.name for o in outcomes)  # each once
+    (_, first_clock, first_started), (_, last_clock, _) = ended
+    assert first_clock < last_clock and first_started < len(executor.started)  # trials started after the first end
 
 
 def _calibrate_main():

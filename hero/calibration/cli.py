@@ -118,7 +118,7 @@ def calibrate(configs: list[DictConfig]) -> int:
 
 
 def run_studies(first: DictConfig, plans: list[Plan]) -> tuple[list[Outcome], list[str]]:
-    """Run the studies of ``plans`` and add each one that reached a value to the calibration file.
+    """Run the studies of ``plans``; each one that reaches a value is added to the calibration file as it ends.
 
     Returns the outcomes and one line per study that failed.
     """
@@ -136,40 +136,43 @@ def run_studies(first: DictConfig, plans: list[Plan]) -> tuple[list[Outcome], li
     )
     storage = open_storage(spec)
     executor = make_executor(kind, launcher, Path(str(ccfg.dir)) / "submitit")
-    outcomes = Calibration(plans, storage, executor, ccfg, str(Path(str(ccfg.dir)) / "trials")).run()
-    failed = []
-    for outcome in outcomes:
-        plan = outcome.plan
-        if outcome.error:
-            failed.append(f"{plan.variant}@{plan.target:g}: {outcome.error}")
-            continue
-        value = (
-            {"alpha": outcome.alpha} if plan.knob.name == "alpha" else {"knob": plan.knob.name, "value": outcome.alpha}
-        )
-        write_entry(
-            plan.cfg.calibration.file,
-            {
-                "backbone": plan.meta["backbone"],
-                "layer_set": plan.meta["layer_set"],
-                "variant": plan.variant,
-                "target_skip": plan.target,
-                **value,
-                "realized_skip": outcome.skip,
-                "abs_error": abs(outcome.skip - plan.target),
-                "tolerance": float(ccfg.tolerance),
-                "trials": outcome.trials,
-                "study": plan.name,
-                "storage": spec.display,
-                "sampler": ccfg.sampler,
-                "seed": int(plan.cfg.seed),
-                "trial_steps": plan.steps,
-                "full_steps": plan.full_steps,
-                "max_param_rate": plan.max_param_rate,
-                "setup_hash": plan.meta["setup_hash"],
-                "setup": setup_of(plan.cfg, plan.knob.key),
-            },
-        )
+    trials = str(Path(str(ccfg.dir)) / "trials")
+    outcomes = Calibration(
+        plans, storage, executor, ccfg, trials, on_outcome=lambda outcome: write_outcome(ccfg, spec.display, outcome)
+    ).run()
+    failed = [f"{o.plan.variant}@{o.plan.target:g}: {o.error}" for o in outcomes if o.error]
     return outcomes, failed
+
+
+def write_outcome(ccfg: DictConfig, storage: str, outcome: Outcome) -> None:
+    """Add a reached value to the calibration file, as soon as its study ends (the other studies may still run)."""
+    if outcome.error:
+        return
+    plan = outcome.plan
+    value = {"alpha": outcome.alpha} if plan.knob.name == "alpha" else {"knob": plan.knob.name, "value": outcome.alpha}
+    write_entry(
+        plan.cfg.calibration.file,
+        {
+            "backbone": plan.meta["backbone"],
+            "layer_set": plan.meta["layer_set"],
+            "variant": plan.variant,
+            "target_skip": plan.target,
+            **value,
+            "realized_skip": outcome.skip,
+            "abs_error": abs(outcome.skip - plan.target),
+            "tolerance": float(ccfg.tolerance),
+            "trials": outcome.trials,
+            "study": plan.name,
+            "storage": storage,
+            "sampler": ccfg.sampler,
+            "seed": int(plan.cfg.seed),
+            "trial_steps": plan.steps,
+            "full_steps": plan.full_steps,
+            "max_param_rate": plan.max_param_rate,
+            "setup_hash": plan.meta["setup_hash"],
+            "setup": setup_of(plan.cfg, plan.knob.key),
+        },
+    )
 
 
 def kept_outcome(plan: Plan, tolerance: float) -> Outcome | None:

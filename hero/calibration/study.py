@@ -156,9 +156,12 @@ def trials_used(study: optuna.Study) -> int:
 class Calibration:
     """The ask/tell loop over several studies sharing ``parallel`` trial slots."""
 
-    def __init__(self, plans: list[Plan], storage, executor, ccfg, trials_dir: str, log=print) -> None:
+    def __init__(self, plans: list[Plan], storage, executor, ccfg, trials_dir: str, log=print, on_outcome=None) -> None:
+        """``on_outcome(outcome)`` is called as each study ends, while the others may still run (the CLI writes a
+        reached value to the calibration file then, so seeded runs at it can start before the last study ends)."""
         self.plans, self.storage, self.executor, self.ccfg = plans, storage, executor, ccfg
         self.trials_dir, self.log = trials_dir, log
+        self.on_outcome = on_outcome or (lambda _outcome: None)
         self.parallel = max(1, int(ccfg.parallel))
         self.tolerance, self.max_trials = float(ccfg.tolerance), int(ccfg.max_trials)
         lo, hi = (float(b) for b in ccfg.alpha_bounds)
@@ -248,11 +251,13 @@ class Calibration:
                 f"study {plan.name}: reached {plan.knob.label}={best[0]:.4g} → skip {best[1]:.4f} "
                 f"(target {plan.target:.4f} ± {self.tolerance:g}) after {used} trial(s)"
             )
+            self.on_outcome(self.outcomes[plan.name])
             return
         error = self._dead_end(plan, study, best, used)
         if error:
             self.outcomes[plan.name] = Outcome(plan, best[0] if best else None, best[1] if best else None, used, error)
             self.log(f"study {plan.name}: FAILED — {error}")
+            self.on_outcome(self.outcomes[plan.name])
 
     def _dead_end(self, plan: Plan, study: optuna.Study, best, used: int) -> str | None:
         if self._running(plan):
