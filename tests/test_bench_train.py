@@ -24,6 +24,7 @@ def bench_cfg(overrides: list[str]):
     "override, message",
     [
         ("samples=mine", "samples='mine': allowed values are standin, bed"),
+        ("recipe=x100", "recipe='x100': allowed values are full, x10, micro"),
         ("clock=cpu", "clock='cpu': allowed values are wall, process"),
         ("+variants.x={precision: fp16}", r"variants.x.precision='fp16': allowed values are fp32, bf16"),
         ("+variants.x={ffn_skip: 2}", r"variants.x.ffn_skip=2: must lie in \[0, 1\]"),

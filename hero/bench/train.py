@@ -170,10 +170,14 @@ def ideal_flops(
 
 
 def check(cfg: DictConfig) -> None:
+    from hero.smollm2.bed import RECIPES
+
     if cfg.clock not in CLOCKS:
         raise ConfigError(f"clock={cfg.clock!r}: allowed values are {', '.join(CLOCKS)}")
     if cfg.samples not in ("standin", "bed"):
         raise ConfigError(f"samples={cfg.samples!r}: allowed values are standin, bed")
+    if cfg.recipe not in RECIPES:
+        raise ConfigError(f"recipe={cfg.recipe!r}: allowed values are {', '.join(RECIPES)}")
     if not cfg.variants:
         raise ConfigError("variants: at least one variant is needed")
     for name, variant in cfg.variants.items():
@@ -195,7 +199,7 @@ def run(cfg: DictConfig) -> dict:
     import hero
     from hero.model.config import RouterConfig
     from hero.model.trace import forced_routing
-    from hero.smollm2.bed import ensure_smollm2
+    from hero.smollm2.bed import RECIPES, ensure_smollm2
     from hero.training import autocast_context, sample_order
     from hero.update import micro_batch_loss, prefix_states
 
@@ -205,7 +209,7 @@ def run(cfg: DictConfig) -> dict:
     device = torch.device("cpu")
     start_wall = time.time()
     if cfg.samples == "bed":
-        bed = ensure_smollm2(cfg.cache)
+        bed = ensure_smollm2(cfg.cache, RECIPES[cfg.recipe])
         backbone_dir = bed.backbone_dir
     else:
         bed = None
@@ -340,6 +344,7 @@ def run(cfg: DictConfig) -> dict:
     out = {
         "backbone": "smollm2_135m",
         "samples": cfg.samples,
+        "recipe": cfg.recipe if cfg.samples == "bed" else None,
         "global_batch": cfg.global_batch,
         "routable_layers": model.hero_layers,
         "threads": threads,
@@ -388,8 +393,9 @@ def _cpu_flags() -> list[str]:
 
 
 def _print(out: dict, names: list[str]) -> None:
+    samples = f"{out['samples']} samples" + (f" ({out['recipe']} recipe)" if out["recipe"] else "")
     print(
-        f"hero.bench train: SmolLM2-135M, {out['samples']} samples, {out['global_batch']} samples/update, "
+        f"hero.bench train: SmolLM2-135M, {samples}, {out['global_batch']} samples/update, "
         f"routable {out['routable_layers'][0]}-{out['routable_layers'][-1]}, {out['threads']} thread(s), "
         f"{out['clock']} clock, SGEMM {out['sgemm_gflops']:.1f} GFLOP/s, load {out['load_average_during']['median']:.2f}",
         flush=True,
