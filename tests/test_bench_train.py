@@ -92,4 +92,5 @@ def test_cli_times_a_real_smollm2_update(tmp_path):
         cheap["required_ideal_s"] < plain["required_ideal_s"] and cheap["ceiling_vs_plain"] > plain["ceiling_vs_plain"]
     )
     assert "avx2" in data["cpu_flags"] or data["cpu_flags"] == []
+    assert data["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert "cheap" in result.stdout

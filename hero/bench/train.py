@@ -352,6 +352,7 @@ def run(cfg: DictConfig) -> dict:
         "sgemm_gflops": peak / 1e9,
         "load_average_during": {"min": min(load), "median": statistics.median(load), "max": max(load)},
         "cpu_flags": _cpu_flags(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the kernels ATen ran (ATEN_CPU_CAPABILITY)
         "variants": results,
         "wall_time_s": time.time() - start_wall,
         "config": OmegaConf.to_container(cfg, resolve=True),
