@@ -1,17 +1,13 @@
 """Net compute skip of run records: FFN FLOPs saved minus router and adapter FLOPs, over the backbone's.
 
-The paper's parameter skip (``skip.param_rate``) charges neither the router nor the adapter. Records
-written since ``hero.model.flops.net_compute`` carry ``skip.net_compute_rate`` and its breakdown
-``skip.compute``; for a record that predates them, the same quantity is computed here from what the
-record holds (the per-layer FFN execution rates, the router options, the method, ``data.max_length``)
-and the backbone's shape, read from its ``config.json`` (``--backbone-config``; a bed's backbone lies
-under ``<paths.cache>/<bed>/<hash>/backbone/``). Router FLOPs per method:
-
-    hero         HeRo's router from the record's router options (``hero.model.flops.router_flops``),
-                 adapters of width d_r (``RouterConfig.resolved_adapter_dim``)
-    skipgpt_rt   RMS normalisation + Linear(d, 2) per routable layer, no adapter
-    random_skip  no router arithmetic; HeRo's adapters when ``method.adapter`` is true
-    static_drop  none, no adapter
+The paper's parameter skip (``skip.param_rate``) charges neither the router nor the adapter. Every record written
+since ``hero.scoring`` charges both carries ``skip.net_compute_rate`` and its breakdown ``skip.compute`` (routed
+methods' records since ``hero.model.flops.net_compute``; earlier ones neither). For a record without them, or at
+another context length (``--context-length``), the same quantity is computed here from what the record holds (the
+per-layer FFN execution rates, its resolved config, ``data.max_length``) and the backbone's shape, read from its
+``config.json`` (``--backbone-config``; a bed's backbone lies under ``<paths.cache>/<bed>/<hash>/backbone/``). What a
+method's router and adapters cost is the method's own statement, ``compute_cost`` in ``hero.methods``: nothing here
+knows a method by name.
 
 ``python -m analysis.compute RECORD_OR_DIR ... --backbone-config PATH`` prints one markdown row per
 record and one per (method, variant, knob: α or the baseline's knob) with the mean ± std over its seeds.
@@ -27,8 +23,6 @@ from types import SimpleNamespace
 
 from analysis.load import find_runs
 
-ROUTED = ("hero", "skipgpt_rt", "random_skip", "static_drop")
-
 
 def backbone_shape(path: str | Path):
     """``hero.model.flops.Shape`` of a transformers ``config.json`` (the file or its directory)."""
@@ -39,53 +33,36 @@ def backbone_shape(path: str | Path):
     return Shape.from_config(SimpleNamespace(**config))
 
 
-def router_and_adapter(record: dict, shape) -> tuple[list[float], int | None]:
-    """(router FLOPs per token at each routable block, adapter width or None) of a routed record's method."""
-    from hero.model import RouterConfig
-    from hero.model.controls import matched_local_width
-    from hero.model.flops import router_flops, skipgpt_router_flops
-
-    n = len(record["routable_layers"])
-    method = record["method"]
-    config = RouterConfig.from_dict(record.get("router") or record["config"]["router"])
-    if method == "hero":
-        if config.local_head_hidden == "matched":
-            width = matched_local_width(config, shape.hidden, n)
-            config = RouterConfig.from_dict({**config.to_dict(), "local_head_hidden": width})
-        adapter = config.resolved_adapter_dim(shape.hidden)
-        return [router_flops(shape, config, j, n) for j in range(1, n + 1)], adapter
-    if method == "skipgpt_rt":
-        return [skipgpt_router_flops(shape)] * n, None
-    if method == "random_skip":
-        adapter = config.resolved_adapter_dim(shape.hidden) if record["config"]["method"].get("adapter") else None
-        return [0] * n, adapter
-    if method == "static_drop":
-        return [0] * n, None
-    raise ValueError(f"{method!r}: net compute is defined for routed methods ({', '.join(ROUTED)})")
-
-
 def record_net_compute(record: dict, shape=None, context_length: int | None = None) -> dict:
-    """``{"net_compute_rate", "compute"}`` of a routed record: stored when it has them, else computed (needs
-    ``shape``; ``context_length`` defaults to the run's ``data.max_length``)."""
+    """``{"net_compute_rate", "compute"}`` of a record: stored when it has them (and no other ``context_length`` is
+    asked), else computed from the record with its method's ``compute_cost`` (needs ``shape``; ``context_length``
+    defaults to the run's ``data.max_length``)."""
     skip = record["skip"]
     if skip.get("net_compute_rate") is not None and context_length is None:
         return {"net_compute_rate": skip["net_compute_rate"], "compute": skip["compute"]}
     if shape is None:
         raise ValueError("this record predates skip.net_compute_rate: give the backbone's shape (--backbone-config)")
+    from hero.methods import get
     from hero.model.flops import net_compute
 
-    router, adapter = router_and_adapter(record, shape)
+    router, adapter = get(record["method"]).compute_cost(record["config"], shape, len(record["routable_layers"]))
     length = context_length or int(record["config"]["data"]["max_length"])
     return net_compute(shape, skip["per_layer_ffn_rate"], router, adapter, length)
 
 
 def rows(paths, shape=None, context_length: int | None = None) -> list[dict]:
-    """One row per completed routed record under ``paths``: identity, both skips, the compute breakdown, Retain."""
+    """One row per completed record under ``paths``: identity, both skips, the compute breakdown, Retain.
+
+    Without ``shape``, a record that predates ``skip.net_compute_rate`` and routes nothing (no router: it skips
+    nothing and pays nothing) is left out; a routed one is an error naming ``--backbone-config``."""
     records, _ = find_runs(paths)
     out = []
     for path in sorted(records):
         record = json.loads(Path(path).read_text())
-        if record.get("status", "completed") != "completed" or record.get("method") not in ROUTED:
+        if record.get("status", "completed") != "completed" or "skip" not in record:
+            continue
+        unpriced = record["skip"].get("net_compute_rate") is None and shape is None
+        if unpriced and record.get("router_params") is None:
             continue
         net = record_net_compute(record, shape, context_length)
         compute = net["compute"]

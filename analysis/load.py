@@ -47,7 +47,7 @@ KEYS = ("backbone", "method", "variant", "alpha", "memory_dim", "layer_set", "kn
 """The group of a run: runs that differ only in ``seed`` share it (statistics are over seeds).
 
 ``knob`` is a baseline method's cost knob (``knob_name`` says which: SkipGPT-RT's target ratio,
-static_drop's k, random_skip's p; ``hero.baselines``); null for HeRo, dense and LoRA."""
+static_drop's k, random_skip's p; ``hero.methods``); null for HeRo, dense and LoRA."""
 REQUIRED = ("backbone", "method", "variant", "seed")
 ALPHA_DIGITS = 9
 """α is grouped at this many significant digits (float noise of a calibrated α does not make a group)."""

@@ -77,7 +77,8 @@ TRAIN_OVERRIDE = {
     "backbone": "model",
 }
 """Run field → the ``train.py`` override that sets it (for the command that provides a missing baseline)."""
-NOT_HERO = ("dense", "lora", "drop_routable_ffn")
+METHOD_OPTIONS = frozenset(p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "method").glob("*.yaml"))
+"""The ``method=`` options (``conf/method/``): a non-HeRo run's variant is its method option, not an ablation."""
 
 SELECTOR_HELP = """\
 Baselines. Every Retain is 100 x the mean over the task set of (score / baseline score),
@@ -452,7 +453,7 @@ def provider_hint(selector: str, table: int | None, main: dict) -> str:
     """The ``train.py`` command whose run the baseline ``selector`` would select (at the table's main setting)."""
     fields = parse_selector(selector)
     overrides = {TRAIN_OVERRIDE[k]: v for k, v in fields.items() if k in TRAIN_OVERRIDE}
-    if overrides.get("ablation") in NOT_HERO:
+    if overrides.get("ablation") in METHOD_OPTIONS:
         overrides["method"] = overrides.pop("ablation")
     if overrides.get("method", "hero") == "hero" and table in (2, 3, 4):
         overrides.setdefault("alpha", repr(main["alpha"]))
@@ -463,22 +464,27 @@ def provider_hint(selector: str, table: int | None, main: dict) -> str:
 
 
 SKIP_AXES = ("param", "net_compute")
-UNROUTED = ("dense", "lora")
 
 
 def net_compute_axis(frame: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """``frame`` with ``skip.param_rate`` replaced by the net compute skip (the parameter skip kept as
     ``skip.param_rate_param``), and a note naming the records left out.
 
-    Methods that route nothing (dense, LoRA) skip nothing and pay nothing: 0. A routed record written before
-    ``skip.net_compute_rate`` existed has none and is left out (``python -m analysis.compute`` computes it
-    from the record and the backbone's shape).
+    Every record written since ``hero.scoring`` carries ``skip.net_compute_rate``, whatever its method. An older
+    record without it that has no router (``router_params`` null) and ran every routable FFN skips nothing and
+    pays nothing: 0 (dense, LoRA). Any other record without it is left out (``python -m analysis.compute``
+    computes it from the record and the backbone's shape).
     """
     col = "skip.net_compute_rate"
     if col not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))
+    rates = [c for c in frame.columns if c.startswith("skip.per_layer_ffn_rate.")]
+    ran_every_ffn = pl.all_horizontal(pl.col(c).fill_null(1.0) == 1.0 for c in rates) if rates else pl.lit(True)
+    counts = [c for c in frame.columns if c == "router_params" or c.startswith("router_params.")]
+    unrouted = pl.all_horizontal(pl.col(c).is_null() for c in counts) if counts else pl.lit(True)
+    free = (unrouted & ran_every_ffn).fill_null(False)
     frame = frame.with_columns(
-        pl.when(pl.col("method").is_in(UNROUTED)).then(pl.lit(0.0)).otherwise(pl.col(col).cast(pl.Float64)).alias(col)
+        pl.when(pl.col(col).is_null() & free).then(pl.lit(0.0)).otherwise(pl.col(col).cast(pl.Float64)).alias(col)
     )
     lacking = frame.filter(pl.col(col).is_null())
     kept = frame.filter(pl.col(col).is_not_null()).with_columns(
@@ -486,9 +492,8 @@ def net_compute_axis(frame: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     )
     note = "cost axis: net compute skip (skip.net_compute_rate), not the parameter skip"
     if lacking.height:
-        note += (
-            f"; {lacking.height} routed records without skip.net_compute_rate (written before it) left out: "
-            + ", ".join(sorted(set(lacking["method"].to_list())))
+        note += f"; {lacking.height} records without skip.net_compute_rate (written before it) left out: " + ", ".join(
+            sorted(set(lacking["method"].to_list()))
         )
     return kept, note
 

@@ -27,6 +27,7 @@ class Bed(Protocol):
     name: ClassVar[str]  # the model.source that selects this bed
     data_source: ClassVar[str]  # the data.source of the conversations it generates
     suite: ClassVar[str]  # the eval.suite of its tasks
+    scored_on: ClassVar[tuple[str, ...]]  # the eval.suite values its backbone can be scored on (its own among them)
     tasks: ClassVar[tuple[str, ...]]  # the task names its suite may list
     token_classes: ClassVar[tuple[str, ...]]  # the classes token_class_batches labels tokens with
     backbone_dir: Path  # a Hugging Face model directory (weights, config, tokenizer)

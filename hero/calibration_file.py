@@ -35,7 +35,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from hero.errors import ConfigError
-from hero.knobs import ALPHA, Knob, knob_of
+from hero.knobs import ALPHA, KnobSetting, knob_of
 from hero.results import drop_defaults, now_iso, read_record, write_atomic
 
 SCHEMA_VERSION = 1
@@ -207,9 +207,17 @@ def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     )
 
 
-def calibrated_knob(cfg: DictConfig, knob_key: str) -> float:
-    """A baseline's knob for ``method.<knob>=calibrated``: its calibrated value at ``calibration.target_skip``."""
-    return float(lookup(cfg, knob_key)["value"])
+def knob_setting(cfg: DictConfig) -> KnobSetting | None:
+    """The run's cost knob (α for HeRo, a baseline's ``method.<knob>``) with its value, read from the calibration
+    file once when the config says ``calibrated``; None for a method whose skip rate nothing moves."""
+    knob = knob_of(cfg.method.name)
+    if knob is None:
+        return None
+    value = cfg.alpha if knob is ALPHA else cfg.method[knob.name]
+    if value != "calibrated":
+        return KnobSetting(knob, value, "given")
+    entry = lookup(cfg, knob.key)
+    return KnobSetting(knob, knob.cast(entry["alpha"] if knob is ALPHA else entry["value"]), "calibrated", entry)
 
 
 def calibrated_alpha(cfg: DictConfig) -> float:
@@ -217,33 +225,27 @@ def calibrated_alpha(cfg: DictConfig) -> float:
     return float(lookup(cfg)["alpha"])
 
 
-def knob_value(cfg: DictConfig, knob: Knob) -> tuple[float | int, bool]:
-    """(a baseline's cost knob as the run uses it, whether it came from the calibration file:
-    ``method.<knob>=calibrated``)."""
-    value = cfg.method[knob.name]
-    if value != "calibrated":
-        return value, False
-    return knob.cast(calibrated_knob(cfg, knob.key)), True
-
-
-def resolved_config(cfg: DictConfig) -> dict:
+def resolved_config(cfg: DictConfig, knob: KnobSetting | None = None) -> dict:
     """The config a run records and hashes: resolved, with α and a baseline's cost knob as numbers (read
-    from the calibration file when ``calibrated``), so that a calibrated run has the hash of its value."""
+    from the calibration file when ``calibrated``, unless ``knob`` is the setting already read), so that a
+    calibrated run has the hash of its value."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    resolved["alpha"] = calibrated_alpha(cfg) if cfg.alpha == "calibrated" else float(cfg.alpha)
-    knob = knob_of(cfg.method.name)
-    if knob is not None and knob is not ALPHA:
-        resolved["method"][knob.name] = knob_value(cfg, knob)[0]
+    knob = knob or knob_setting(cfg)
+    if knob is not None and knob.knob is not ALPHA:
+        resolved["method"][knob.knob.name] = knob.value
+    alpha = knob.value if knob is not None and knob.knob is ALPHA else cfg.alpha
+    resolved["alpha"] = calibrated_alpha(cfg) if alpha == "calibrated" else float(alpha)
     return resolved
 
 
-def transfer_report(cfg: DictConfig, realized: float, knob_key: str | None = "alpha") -> dict:
-    """The ``calibration`` section of a final run's record: realized skip against the target.
+def transfer_report(knob: KnobSetting, file: str, realized: float) -> dict:
+    """The ``calibration`` section of a final run's record: realized skip against the target of the calibration
+    entry the run's ``knob`` was read from.
 
     Prints one line; says so when the run missed the target by more than the calibration
     tolerance (e.g. a calibration with shortened trials that did not transfer).
     """
-    entry = lookup(cfg, knob_key)
+    entry = knob.entry
     target = float(entry["target_skip"])
     name = entry.get("knob", "alpha")
     value = entry["alpha"] if name == "alpha" else entry["value"]
@@ -257,7 +259,7 @@ def transfer_report(cfg: DictConfig, realized: float, knob_key: str | None = "al
         "within_tolerance": abs(realized - target) <= entry["tolerance"],
         "study": entry["study"],
         "trial_steps": entry["trial_steps"],
-        "file": str(cfg.calibration.file),
+        "file": str(file),
     }
     verdict = "within" if report["within_tolerance"] else "OUTSIDE"
     print(

@@ -1,7 +1,7 @@
 """The knob each method's cost is set by: α for HeRo, each baseline's own cost knob.
 
 One table, read by the methods (``method.<knob>=calibrated``), the calibration search
-(``hero.calibration.knobs``), the record names of a study (``hero.dispatch.manifests``) and
+(``hero.calibration.search_space``), the record names of a study (``hero.dispatch.manifests``) and
 ``hero.calibration_file.resolved_config``, which a launcher calls for every job it plans. It is
 plain data: importing it loads no model code, so a launcher stays a light process.
 
@@ -53,6 +53,24 @@ KNOBS = {
     "static_drop": Knob("k", "method.k", "k", integer=True, step=1.0, min_bracket=1.5),
     "skipgpt_rt": Knob("target_ratio", "method.target_ratio", "r"),
 }
+
+
+@dataclass(frozen=True)
+class KnobSetting:
+    """A run's cost knob as the run uses it: its value and where it came from (``hero.spec.RunSpec.knob``).
+
+    source: ``"given"`` (a number in the config) or ``"calibrated"`` (read from the calibration file);
+    entry: the calibration file's entry it was read from (None when given).
+    """
+
+    knob: Knob
+    value: float | int
+    source: str
+    entry: dict | None = None
+
+    @property
+    def calibrated(self) -> bool:
+        return self.source == "calibrated"
 
 
 def knob_of(method: str) -> Knob | None:

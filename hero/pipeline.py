@@ -1,170 +1,68 @@
-"""One run, end to end: validate → load backbone → prepare the method → train → save → evaluate → record.
+"""One run, end to end: resolve the spec → load → prepare the method → train → save → score → record.
 
-``run(cfg)`` is what ``train.py`` calls. Every ``method=`` runs the same steps through its entry in
-``hero.methods`` and every bed through ``hero.bed``: nothing here branches on either's name. Bad config values fail in ``validate``
-before any model is loaded. A completed record with the same config hash makes a
-relaunch a no-op (``force=true`` reruns). Checkpoints live under
-``<paths.root>/checkpoints/<config_hash>/`` so that a relaunch or a requeued job
-resumes where the last one stopped; ``results.json`` is written atomically into
-the run directory and indexed under ``<paths.root>/index/<config_hash>.json``
-(``hero.results`` owns both). The dense baseline every evaluated run uses for Retain
-is also written once per backbone × suite as a record under ``<paths.root>/baselines/``
-(``write_baseline_record``). A run whose training config equals a finished run's in the index (it
-differs only in how it is scored: ``eval``, ``objective``, ``calibration``, ``intervention``) loads that
-run's trained state instead of training again, and its record names the donor (``trained_by``); the
-seeded run at a calibrated α and the calibration trial that found it are such a pair. Several ranks:
-``hero.distributed``.
+``run(cfg)`` is what ``train.py`` calls. The config is read once, into a ``hero.spec.RunSpec``, whose checks
+refuse a bad value in one line before anything is loaded or printed; every ``method=`` then runs the same steps
+through its entry in ``hero.methods`` and every bed through ``hero.bed``: nothing here branches on either's name.
+A completed record with the same config hash makes a relaunch a no-op (``force=true`` reruns). Checkpoints live
+under ``<paths.root>/checkpoints/<config_hash>/`` so that a relaunch or a requeued job resumes where the last one
+stopped; ``results.json`` is written atomically into the run directory and indexed under
+``<paths.root>/index/<config_hash>.json`` (``hero.results`` owns both). Scoring — the suite, Retain against the
+dense baseline, routing statistics, both cost axes — is ``hero.scoring``. A run whose training config equals a
+finished run's in the index (it differs only in how it is scored: ``eval``, ``objective``, ``calibration``,
+``intervention``) loads that run's trained state instead of training again, and its record names the donor
+(``trained_by``); the seeded run at a calibrated α and the calibration trial that found it are such a pair.
+Several ranks: ``hero.distributed``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import random
 import shutil
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from hero import backbones, methods
-from hero.backbones import BEDS
-from hero.calibration_file import resolved_config, transfer_report
-from hero.data import SFTDataset, collate, load_conversations, tokenize_conversation
-from hero.data.sft import check_data
+from hero.calibration_file import transfer_report
+from hero.data import SFTDataset, load_conversations
 from hero.distributed import init_distributed, world
 from hero.errors import ConfigError
-from hero.evaluation import CHANCE, RetainError, chance_normalised, evaluate_suite, retain, suite_fingerprint
-from hero.evaluation import check_config as check_eval_config
 from hero.evaluation.routing import wandb_gate_histograms
-from hero.model import RouterConfig
-from hero.model.attach import LAYER_SETS, resolve_layers
-from hero.model.flops import model_net_compute
-from hero.model.intervention import Intervention, apply_intervention
-from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
-from hero.results import (
-    RESULTS_FILENAME,
-    completed_record,
-    config_hash,
-    read_record,
-    trained_records,
-    training_hash,
-    write_atomic,
-    write_index,
-)
+from hero.results import RESULTS_FILENAME, completed_record, read_record, trained_records, write_index
+from hero.scoring import dense_baseline, score, write_baseline_record
+from hero.spec import Loaded, RunSpec
 from hero.summary import format_summary
-from hero.tracking import check_config as check_logger_config
 from hero.tracking import tracked_run
-from hero.training import check_config as check_trainer_config
-from hero.training import fit, remove_checkpoints
-
-
-class PipelineConfigError(ConfigError):
-    """The composed config cannot be run."""
-
-
-def validate(cfg: DictConfig) -> None:
-    """Every check that needs no model weights; raises with one line naming the bad value."""
-    method = methods.get(cfg.method.name)
-    if not isinstance(cfg.seed, int):
-        raise PipelineConfigError(f"seed={cfg.seed!r}: must be an integer")
-    if cfg.alpha != "calibrated" and (not isinstance(cfg.alpha, (int, float)) or cfg.alpha < 0):
-        raise PipelineConfigError(f"alpha={cfg.alpha!r}: must be a non-negative number or 'calibrated'")
-    RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True))
-    method.check(cfg)
-    if cfg.layers.name not in (*LAYER_SETS, "explicit"):
-        raise PipelineConfigError(f"layers={cfg.layers.name!r}: allowed are {', '.join(LAYER_SETS)}, explicit")
-    if cfg.layers.name == "explicit" and not OmegaConf.is_list(cfg.layers.indices):
-        raise PipelineConfigError(
-            f"layers.indices={cfg.layers.indices!r}: layers=explicit needs a list such as [4,5,6,7]"
-        )
-    backbones.check(cfg.model)
-    _check_bed_pairing(cfg)
-    check_data(cfg.data)
-    if cfg.model.source in BEDS and cfg.data.source == BEDS[cfg.model.source].data_source:
-        BEDS[cfg.model.source].check_data(cfg.data)
-    if not isinstance(cfg.data.max_length, int) or cfg.data.max_length < 2:
-        raise PipelineConfigError(f"data.max_length={cfg.data.max_length!r}: must be an integer ≥ 2")
-    check_trainer_config(cfg.trainer)
-    check_eval_config(cfg.eval)
-    check_logger_config(cfg.logger)
-    intervention_of(cfg)
-
-
-def intervention_of(cfg: DictConfig) -> Intervention:
-    """The run's evaluation-only intervention (``intervention:`` group; off when the config has none)."""
-    options = cfg.get("intervention")
-    return Intervention.from_config(OmegaConf.to_container(options, resolve=True) if options is not None else None)
-
-
-def _check_bed_pairing(cfg: DictConfig) -> None:
-    """Data and suites generated by a bed run only on that bed's backbone."""
-    own = BEDS.get(cfg.model.source)
-    for key, value, kind in (("data", cfg.data.source, "data_source"), ("eval", cfg.eval.suite, "suite")):
-        makers = [bed for bed in BEDS.values() if getattr(bed, kind) == value]
-        if makers and own not in makers:
-            pairs = ", ".join(f"{key}={getattr(bed, kind)} with model.source={bed.name}" for bed in BEDS.values())
-            raise PipelineConfigError(
-                f"{key}={cfg[key].get('name', value)} with model={cfg.model.name}: a bed's data "
-                f"and suite go with its own backbone ({pairs})"
-            )
-
-
-def layer_spec(cfg: DictConfig):
-    return list(cfg.layers.indices) if cfg.layers.name == "explicit" else cfg.layers.name
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def set_threads(cfg: DictConfig) -> None:
-    """The run's ``trainer.num_threads`` (null: torch's default, every core), for training and for any later
-    scoring of the run (``hero.rescore``), so that their seconds compare."""
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(int(cfg.trainer.num_threads))
+from hero.training import fit, remove_checkpoints, seed_everything, set_threads
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
     """Run one job; returns the objective (``cfg.objective``, a dotted path into the record)."""
     start = time.time()
-    validate(cfg)
-    print(OmegaConf.to_yaml(cfg, resolve=True), flush=True)
-    resolved = resolved_config(cfg)
-    chash = config_hash(resolved)
-    root = Path(cfg.paths.root)
+    spec = RunSpec.resolve(cfg)
+    chash, root = spec.config_hash, spec.root
     run_dir = Path(run_dir or _hydra_run_dir() or root / "runs" / chash)
     done = completed_record(root, chash)
-    if done is not None and not cfg.force:
+    if done is not None and not spec.force:
         print(f"skipping: a completed run with config hash {chash} exists at {done} (force=true reruns)", flush=True)
         discard_run_dir(run_dir)
-        return objective(read_record(done), cfg.objective)
+        return objective(read_record(done), spec.objective)
+    print(spec.headline(), flush=True)
     _init_distributed_if_needed()
     rank, _ = world()
-    set_threads(cfg)
-    bed = backbones.bed(cfg.model, str(cfg.paths.cache))
-    layers = resolve_layers(layer_spec(cfg), backbones.num_layers(cfg.model, bed))
-    backbone = backbones.load(cfg.model, bed, device="cuda" if torch.cuda.is_available() else "cpu")
+    set_threads(spec.trainer)
+    loaded = spec.load(device="cuda" if torch.cuda.is_available() else "cpu")
     if rank == 0:
         write_index(root, chash, "running", run_dir)
-    with tracked_run(cfg, resolved, str(run_dir), run_id=f"{chash}", enabled=rank == 0) as tracker:
+    with tracked_run(cfg, spec.resolved, str(run_dir), run_id=f"{chash}", enabled=rank == 0) as tracker:
         try:
-            record = _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker, rank)
+            record = _execute(spec, loaded, run_dir, tracker, rank)
         except Exception as err:
             if rank == 0:
-                failed = _identity(
-                    cfg,
-                    resolved,
-                    chash,
-                    status="failed",
-                    config=resolved,
-                    error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
-                )
+                reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                failed = spec.identity(status="failed", config=spec.resolved, error=reason)
                 failed.wall_time_s = time.time() - start
                 write_index(root, chash, "failed", run_dir, record=failed.write(run_dir / RESULTS_FILENAME))
             raise
@@ -175,39 +73,16 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:
             tracker.summary(_flat_summary(record))
             print(format_summary(record.to_dict(), str(path)), flush=True)
     remove_checkpoints(root / "checkpoints" / chash)
-    return objective(record.to_dict(), cfg.objective)
+    return objective(record.to_dict(), spec.objective)
 
 
-def _identity(cfg: DictConfig, resolved: dict, chash: str, **fields) -> RunRecord:
-    """The record's fields that name the run (method, variant, backbone, seed, α, layers, hash)."""
-    return RunRecord(
-        method=cfg.method.name,
-        variant=cfg.variant + intervention_of(cfg).suffix,
-        backbone=cfg.model.name,
-        seed=cfg.seed,
-        alpha=resolved.get("alpha"),
-        layer_set=cfg.layers.name,
-        memory_dim=cfg.router.memory_dim,
-        config_hash=chash,
-        **fields,
-    )
-
-
-def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker, rank) -> RunRecord:
-    """prepare → train → save → evaluate → routing statistics, the same for every method (``hero.methods``)."""
-    method = methods.get(cfg.method.name)
-    tokenizer = backbone.tokenizer
-    baseline = (
-        dense_baseline(cfg, backbone, str(cfg.paths.cache), bed)
-        if cfg.eval.suite != "none" and not method.reference
-        else None
-    )
-    seed_everything(cfg.seed)
-    prepared = method.prepare(cfg, backbone.model, tokenizer, layers, bed, resolved["alpha"])
-    check_intervention(cfg, prepared, layers)
-    summary, donor = None, None
-    if prepared.trains:
-        donor = _trained_donor(cfg, resolved, method, bed, root)
+def _execute(spec: RunSpec, loaded: Loaded, run_dir: Path, tracker, rank: int) -> RunRecord:
+    """prepare → train → save → score, the same for every method (``hero.methods``)."""
+    method, backbone, run_dir = spec.method, loaded.backbone, Path(run_dir)
+    baseline = dense_baseline(spec, loaded)
+    seed_everything(spec.seed)
+    prepared = method.prepare(spec, backbone.model, backbone.tokenizer, loaded.layers, loaded.bed)
+    summary, donor = None, _trained_donor(spec, loaded) if prepared.trains else None
     if donor is not None:
         donor_path, donor_record = donor
         print(
@@ -215,41 +90,41 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
             flush=True,
         )
         method.load(prepared, donor_path.parent)
-        if rank == 0:
-            method.save(prepared, Path(run_dir))
     elif prepared.trains:
         dataset = SFTDataset(
-            load_conversations(cfg.data, bed), tokenizer, cfg.data.max_length, cfg.data.assistant_only_loss
+            load_conversations(spec.data, loaded.bed),
+            backbone.tokenizer,
+            spec.data.max_length,
+            spec.data.assistant_only_loss,
         )
         summary = fit(
             prepared.model,
             dataset,
-            cfg.trainer,
+            spec.trainer,
             prepared.weight,
-            cfg.seed,
-            root / "checkpoints" / chash,
+            spec.seed,
+            spec.root / "checkpoints" / spec.config_hash,
             on_log=lambda m: tracker.log({f"train/{k}": v for k, v in m.items() if k != "step"}, step=m["step"]),
-            routed=prepared.routed,
+            routed=method.routes,
             regularizer=prepared.regularizer,
         )
-        if rank == 0:
-            method.save(prepared, Path(run_dir))
-    record = _identity(
-        cfg,
-        resolved,
-        chash,
+    if prepared.trains and rank == 0:
+        method.save(prepared, run_dir)
+    record = spec.identity(
         status="completed",
-        config=resolved,
-        routable_layers=layers,
-        bed=bed.provenance() if bed is not None else None,
-        router=OmegaConf.to_container(cfg.router, resolve=True),
+        config=spec.resolved,
+        routable_layers=loaded.layers,
+        bed=loaded.bed.provenance() if loaded.bed is not None else None,
+        router=dict(spec.resolved["router"]),
         router_params=getattr(prepared.model, "hero_param_counts", None),
         train=donor_record["train"] if donor is not None else summary.as_record() if summary else None,
         trained_by=str(donor_path) if donor is not None else None,
     )
-    score(cfg, method, prepared, record, baseline, backbone, bed, layers, root, rank)
-    if prepared.calibrated:
-        record.calibration = transfer_report(cfg, record.skip["param_rate"], method.knob.key)
+    score(spec, loaded, prepared, record, baseline)
+    if baseline is not None and rank == 0:
+        write_baseline_record(spec, loaded, baseline, record.eval_meta, spec.root)
+    if spec.knob is not None and spec.knob.calibrated:
+        record.calibration = transfer_report(spec.knob, spec.calibration_file, record.skip["param_rate"])
     tracker.log({f"eval/{task}/{metric}": v for task, ms in record.eval.items() for metric, v in ms.items()})
     tracker.log_routing(record.skip, record.rho)
     if tracker.run is not None and record.skip.get("gate_histogram"):
@@ -257,166 +132,16 @@ def _execute(cfg, resolved, chash, backbone, bed, layers, root, run_dir, tracker
     return record
 
 
-def _trained_donor(cfg, resolved: dict, method, bed, root: Path) -> tuple[Path, dict] | None:
+def _trained_donor(spec: RunSpec, loaded: Loaded) -> tuple[Path, dict] | None:
     """(path, record) of a finished run that trained what this one would (same ``training_hash``, same bed
     files, its trained state on disk), or None: ``reuse_trained=false`` or ``force=true`` train again."""
-    if cfg.force or not cfg.get("reuse_trained", True):
+    if not spec.reuses_trained:
         return None
-    provenance = bed.provenance() if bed is not None else None
-    for path, record in trained_records(root, training_hash(resolved)):
-        if (path.parent / method.state_dir).is_dir() and record.get("bed") == provenance:
+    provenance = loaded.bed.provenance() if loaded.bed is not None else None
+    for path, record in trained_records(spec.root, spec.training_hash):
+        if (path.parent / spec.method.state_dir).is_dir() and record.get("bed") == provenance:
             return path, record
     return None
-
-
-def check_intervention(cfg, prepared, layers: list[int]) -> None:
-    """An intervention needs a routed model and routable forced layers; one line otherwise, before training."""
-    intervention = intervention_of(cfg)
-    if not intervention.active:
-        return
-    if not prepared.routed:
-        raise PipelineConfigError(
-            f"intervention{intervention.suffix}: interventions change routed blocks; method={cfg.method.name} routes nothing"
-        )
-    intervention.check_layers(layers)
-
-
-def score(cfg, method, prepared, record: RunRecord, baseline, backbone, bed, layers, root, rank) -> None:
-    """Fill the record's scores, Retain, baseline section and routing statistics (training runs and rescoring).
-
-    The run's evaluation-only intervention (``hero.model.intervention``) applies from here on: after
-    training, to the scores and the routing statistics alike.
-    """
-    tokenizer = backbone.tokenizer
-    if prepared.routed:
-        apply_intervention(prepared.model, intervention_of(cfg))
-    record.eval, record.eval_meta = evaluate_suite(prepared.model, tokenizer, cfg.eval, bed)
-    if method.reference and cfg.eval.suite != "none":
-        _store_baseline(cfg, backbone, record.eval, str(cfg.paths.cache))
-        record.baseline_key = _baseline_path(cfg, backbone, str(cfg.paths.cache)).stem
-    if baseline is not None and rank == 0:
-        write_baseline_record(cfg, baseline, record.eval_meta, layers, root)
-    if prepared.record is not None:
-        record.baseline, record.knob = prepared.record, prepared.record["knob"]["value"]
-        record.knob_name = prepared.record["knob"]["name"]
-    record.retain = _retain(cfg, method, record.eval, record.eval_meta, baseline)
-    record.retain_chance = _retain_chance(cfg, method, record.eval, record.eval_meta, baseline)
-    record.skip, record.rho = method.statistics(
-        prepared, lambda: _routing_batches(cfg, tokenizer, bed), bed.token_classes if bed is not None else None
-    )
-    if prepared.routed:
-        # FLOP-accounted skip beside the parameter skip: router and adapters charged (hero.model.flops)
-        record.skip.update(model_net_compute(prepared.model, record.skip["per_layer_ffn_rate"], cfg.data.max_length))
-
-
-def _routing_batches(cfg, tokenizer, bed):
-    """Routing data: the bed's token-classed held-out sequences, or 64 validation conversations of the data."""
-    if bed is not None:
-        return bed.token_class_batches(tokenizer, batch_size=cfg.eval.batch_size)
-    conversations = load_conversations(cfg.data, bed, split="validation")[:64]
-    items = [tokenize_conversation(tokenizer, c, cfg.data.max_length) for c in conversations]
-    return [
-        (b["input_ids"], b["attention_mask"])
-        for b in (collate(items[i : i + 8], tokenizer.pad_token_id) for i in range(0, len(items), 8))
-    ]
-
-
-def _retain(cfg, method, scores, meta, baseline) -> dict | None:
-    if cfg.eval.suite == "none" or method.reference:
-        return None
-    try:
-        value = retain(scores, baseline["eval"], meta["primary_metric"], baseline_name=cfg.eval.baseline)
-    except RetainError as err:  # e.g. a baseline at 0 on a task: the scores are still recorded
-        print(f"warning: no Retain for this run: {err}", flush=True)
-        return {
-            "value": None,
-            "baseline": cfg.eval.baseline,
-            "tasks": sorted(meta["primary_metric"]),
-            "metrics": dict(sorted(meta["primary_metric"].items())),
-            "error": str(err),
-            "baseline_source": baseline["source"],
-        }
-    value["baseline_source"] = baseline["source"]
-    return value
-
-
-def _retain_chance(cfg, method, scores, meta, baseline) -> dict | None:
-    """Chance-normalised Retain over the suite's tasks with a known chance level (None: no such task)."""
-    if cfg.eval.suite == "none" or method.reference:
-        return None
-    tasks = meta.get("tasks", {})
-    chance = {t: CHANCE[s["lm_eval_task"]] for t, s in tasks.items() if s["lm_eval_task"] in CHANCE}
-    try:
-        return chance_normalised(scores, baseline["eval"], meta["primary_metric"], chance, cfg.eval.baseline)
-    except RetainError as err:
-        print(f"warning: no chance-normalised Retain for this run: {err}", flush=True)
-        return None
-
-
-def _baseline_path(cfg, backbone, cache_root) -> Path:
-    fingerprint = backbone_fingerprint(backbone.model)["weights_sha256"]
-    return (
-        Path(cache_root)
-        / "baselines"
-        / f"{cfg.model.name}-{fingerprint}-{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}.json"
-    )
-
-
-def dense_baseline(cfg, backbone, cache_root, bed) -> dict:
-    """Dense scores of this backbone on this suite: cached per backbone × suite, computed once."""
-    if cfg.eval.baseline != "dense":
-        raise PipelineConfigError(
-            f"eval.baseline={cfg.eval.baseline!r}: runs compute Retain against 'dense'; "
-            "other baselines are chosen in analysis (python -m analysis.report --help)"
-        )
-    path = _baseline_path(cfg, backbone, cache_root)
-    if path.is_file():
-        return {**read_record(path), "source": str(path)}
-    scores, _ = evaluate_suite(backbone.model, backbone.tokenizer, cfg.eval, bed)
-    return {**_store_baseline(cfg, backbone, scores, cache_root), "source": str(path)}
-
-
-def write_baseline_record(cfg, baseline: dict, meta: dict, layers: list[int], root: Path) -> Path | None:
-    """The dense baseline as a run record, once per backbone × suite: ``<root>/baselines/<key>/results.json``.
-
-    Every evaluated run computes (or reads from the cache) the dense scores of its backbone on its suite;
-    this record makes them visible to analysis like any run, so Retain tables need no separate
-    ``method=dense`` run. ``key`` is the cache file's name (backbone weights × suite settings); the record
-    takes the seed, layer set and memory dim of the run that wrote it, ``origin: baseline_cache``, and the
-    ``baseline_key`` that a ``method=dense`` run of the same backbone and suite also carries (analysis keeps
-    that run and notes this record as superseded).
-    """
-    key = Path(baseline["source"]).stem
-    path = root / "baselines" / key / RESULTS_FILENAME
-    if path.is_file():
-        return None
-    name = cfg.eval.baseline
-    record = RunRecord(
-        status="completed",
-        method=name,
-        variant=name,
-        backbone=cfg.model.name,
-        seed=cfg.seed,
-        alpha=0.0,
-        layer_set=cfg.layers.name,
-        memory_dim=cfg.router.memory_dim,
-        config_hash=hashlib.sha256(key.encode()).hexdigest()[:16],
-        routable_layers=layers,
-        eval=baseline["eval"],
-        eval_meta=meta,
-        rho={},
-        skip={"param_rate": 0.0, "per_layer_ffn_rate": {str(layer): 1.0 for layer in layers}},
-        origin="baseline_cache",
-        baseline_key=key,
-        baseline_source=baseline["source"],
-    )
-    return record.write(path)
-
-
-def _store_baseline(cfg, backbone, scores, cache_root) -> dict:
-    payload = {"backbone": cfg.model.name, "suite": cfg.eval.suite, "limit": cfg.eval.limit, "eval": scores}
-    write_atomic(_baseline_path(cfg, backbone, cache_root), payload)
-    return payload
 
 
 def objective(record: dict, dotted: str | None) -> float | None:
@@ -426,7 +151,7 @@ def objective(record: dict, dotted: str | None) -> float | None:
     value = record
     for key in dotted.split("."):
         if not isinstance(value, dict) or key not in value:
-            raise PipelineConfigError(f"objective={dotted!r}: the record has no such field")
+            raise ConfigError(f"objective={dotted!r}: the record has no such field")
         value = value[key]
     return float(value)
 

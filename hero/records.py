@@ -33,13 +33,16 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
                                ffn_execution_rate (share of routable FFN calls that ran), per_layer_ffn_rate,
                                per_layer_mean_gate (g over all tokens), per_layer_executed_gate (g over
                                executed tokens only), per_token, ... (``hero.objectives.SkipMeter``);
-                               routed methods also net_compute_rate (FFN FLOPs saved minus router and
-                               adapter FLOPs, over the backbone's FLOPs per token) and its breakdown
-                               ``compute`` (``hero.model.flops.net_compute``; records before it lack both)
+                               net_compute_rate (FFN FLOPs saved minus router and adapter FLOPs, over the
+                               backbone's FLOPs per token; the method's ``compute_cost``) and its breakdown
+                               ``compute`` (``hero.model.flops.net_compute``); every method's record carries
+                               both, 0 where nothing is skipped or paid (records before it: routed methods
+                               only, older ones neither)
     rho             dict       {layer: learned ρ} (HeRo; {} otherwise)
     error           str        one-line reason when status == "failed", else None
-    baseline        dict       optional: a Table 1 baseline's section (source, deviations, knob, settings)
-    knob, knob_name            optional: a baseline's cost knob value and name
+    method_card     dict       optional: a Table 1 method's definition: source, deviations, knob, settings (records
+                               written before it was named so call it ``baseline``)
+    knob, knob_name            optional: a Table 1 method's cost knob value and name
     calibration     dict       optional, a calibrated knob: target, value, calibrated_skip, realized_skip,
                                deviation, tolerance, within_tolerance, study, trial_steps, file
     baseline_key    str        optional: dense runs and baseline records: the baseline cache file's name
@@ -74,7 +77,7 @@ from hero.results import SCHEMA_VERSION, git_commit, now_iso, versions, write_at
 
 OPTIONAL = (
     "retain_chance",
-    "baseline",
+    "method_card",
     "knob",
     "knob_name",
     "calibration",
@@ -112,7 +115,7 @@ class RunRecord:
     skip: dict | None = None
     rho: dict | None = None
     error: str | None = None
-    baseline: dict | None = None
+    method_card: dict | None = None
     knob: float | int | None = None
     knob_name: str | None = None
     calibration: dict | None = None
@@ -153,6 +156,8 @@ class RunRecord:
         data = dict(data)
         alias = data.pop("ablation", None)
         data.setdefault("variant", alias)
+        if "baseline" in data:  # the method card's name before "baseline" meant only the dense Retain reference
+            data["method_card"] = data.pop("baseline")
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"not run-record fields: {unknown}")

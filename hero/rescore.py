@@ -36,12 +36,13 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hero import backbones, methods
 from hero.errors import ConfigError
-from hero.evaluation import check_config, suite_fingerprint
-from hero.pipeline import check_intervention, dense_baseline, intervention_of, score, seed_everything, set_threads
+from hero.evaluation import suite_fingerprint
 from hero.records import RunRecord
-from hero.results import RESULTS_FILENAME, config_hash, is_completed, read_record_or_none, write_atomic
+from hero.results import RESULTS_FILENAME, is_completed, read_record_or_none, write_atomic
+from hero.scoring import dense_baseline, score, write_baseline_record
+from hero.spec import RunSpec
+from hero.training import seed_everything, set_threads
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -50,9 +51,10 @@ class RescoreError(ConfigError):
     """The run cannot be rescored as asked."""
 
 
-def rescore_config(record: dict, overrides: list[str]):
-    """The run's resolved config with its ``eval`` (and ``intervention``) group replaced by the one the overrides
-    compose; without ``eval`` overrides the run's own suite is kept, without ``intervention.*`` its own intervention."""
+def rescore_spec(record: dict, overrides: list[str]) -> RunSpec:
+    """The spec of the run's resolved config with its ``eval`` (and ``intervention``) group replaced by the one the
+    overrides compose; without ``eval`` overrides the run's own suite is kept, without ``intervention.*`` its own
+    intervention."""
     bad = [o for o in overrides if not o.lstrip("+~").startswith(("eval=", "eval.", "paths.", "intervention."))]
     if bad:
         raise RescoreError(
@@ -66,29 +68,27 @@ def rescore_config(record: dict, overrides: list[str]):
         cfg.eval = composed.eval
     if any(o.lstrip("+~").startswith("intervention.") for o in overrides) or "intervention" not in cfg:
         cfg.intervention = composed.intervention
-    intervention_of(cfg)
     for override in overrides:
         if override.startswith("paths."):
             key = override.split("=", 1)[0]
             OmegaConf.update(cfg, key, OmegaConf.select(composed, key))
-    check_config(cfg.eval)
-    return cfg
+    return RunSpec.resolve(cfg)
 
 
-def _checked(run_dir: Path, overrides: list[str]):
-    """The run's record and the config it is rescored under, or one line saying why it cannot be."""
+def _checked(run_dir: Path, overrides: list[str]) -> tuple[dict, RunSpec]:
+    """The run's record and the spec it is rescored under, or one line saying why it cannot be."""
     record = read_record_or_none(run_dir / RESULTS_FILENAME)
     if not is_completed(record):
         raise RescoreError(f"{run_dir}: no completed run record ({RESULTS_FILENAME}) to rescore")
-    cfg = rescore_config(record, overrides)
-    if cfg.eval.suite == "none":
+    spec = rescore_spec(record, overrides)
+    if not spec.evaluates:
         raise RescoreError("eval=none: rescoring needs a suite to score on")
-    return record, cfg
+    return record, spec
 
 
-def rescored_path(run_dir: Path, cfg) -> Path:
-    """Where the rescoring of ``run_dir`` under ``cfg`` writes its record."""
-    name = f"{cfg.eval.suite}-{suite_fingerprint(cfg.eval)}{intervention_of(cfg).suffix}"
+def rescored_path(run_dir: Path, spec: RunSpec) -> Path:
+    """Where the rescoring of ``run_dir`` under ``spec`` writes its record."""
+    name = f"{spec.eval.suite}-{suite_fingerprint(spec.eval)}{spec.intervention.suffix}"
     return run_dir / "rescored" / name / RESULTS_FILENAME
 
 
@@ -97,32 +97,26 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     start = time.time()
     run_dir = Path(run_dir)
     source = run_dir / RESULTS_FILENAME
-    record, cfg = _checked(run_dir, overrides)
-    method = methods.get(cfg.method.name)
-    set_threads(cfg)
-    cache_root = str(cfg.paths.cache)
-    bed = backbones.bed(cfg.model, cache_root)
-    backbone = backbones.load(cfg.model, bed)
-    layers = list(record["routable_layers"])
-    baseline = None if method.reference else dense_baseline(cfg, backbone, cache_root, bed)
-    seed_everything(cfg.seed)
-    prepared = method.prepare(cfg, backbone.model, backbone.tokenizer, layers, bed, float(cfg.alpha))
-    check_intervention(cfg, prepared, layers)
+    record, spec = _checked(run_dir, overrides)
+    set_threads(spec.trainer)
+    loaded = spec.load()
+    baseline = dense_baseline(spec, loaded)
+    seed_everything(spec.seed)
+    backbone = loaded.backbone
+    prepared = spec.method.prepare(spec, backbone.model, backbone.tokenizer, loaded.layers, loaded.bed)
     if prepared.trains:
-        method.load(prepared, run_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    out_root = run_dir / "rescored"
+        spec.method.load(prepared, run_dir)
     new = RunRecord(
         status="completed",
         method=record["method"],
-        variant=record["variant"].split("@")[0] + intervention_of(cfg).suffix,
+        variant=record["variant"].split("@")[0] + spec.intervention.suffix,
         backbone=record["backbone"],
         seed=record["seed"],
         alpha=record["alpha"],
         layer_set=record["layer_set"],
         memory_dim=record["memory_dim"],
-        config_hash=config_hash(resolved),
-        routable_layers=layers,
+        config_hash=spec.config_hash,
+        routable_layers=loaded.layers,
         bed=record.get("bed"),
         router=record.get("router"),
         router_params=record.get("router_params"),
@@ -130,11 +124,13 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
         calibration=record.get("calibration"),
         origin="rescored",
         rescored_from=str(source),
-        config=resolved,
+        config=spec.resolved,
     )
-    score(cfg, method, prepared, new, baseline, backbone, bed, layers, out_root, rank=0)
+    score(spec, loaded, prepared, new, baseline)
+    if baseline is not None:
+        write_baseline_record(spec, loaded, baseline, new.eval_meta, run_dir / "rescored")
     new.wall_time_s = time.time() - start
-    return new.write(rescored_path(run_dir, cfg))
+    return new.write(rescored_path(run_dir, spec))
 
 
 def copy_into(path: Path, run_dir: Path, into: Path) -> Path:

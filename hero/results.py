@@ -60,7 +60,7 @@ DEFAULTED_KEYS: dict[str, object] = {
     "router.straight_through": False,
     "trainer.alpha_warmup_frac": 0.0,
     "trainer.skip_loss_positions": "all",
-    # SkipGPT-RT's official-code options (hero/baselines/skipgpt.py)
+    # SkipGPT-RT's official-code options (hero/methods/skipgpt_rt.py)
     "method.router": "linear",
     "method.eval_gate": "argmax",
     "method.temperature_final": None,

@@ -20,10 +20,11 @@ def format_summary(record: dict, path: str) -> str:
         f"HeRo run  {record['method']} / {record['variant']}   backbone {record['backbone']}   "
         f"layers {record['routable_layers']}   α={record['alpha']:g}   seed {record['seed']}",
     ]
-    if record.get("baseline"):
+    card = record.get("method_card")
+    if card:
         lines[-1] += f"   {record['knob_name']}={record['knob']:g}"
-        if record["baseline"].get("removed_layers") is not None:
-            lines.append(f"removed FFNs (lowest Block Influence)  {record['baseline']['removed_layers']}")
+        if card.get("removed_layers") is not None:
+            lines.append(f"removed FFNs (lowest Block Influence)  {card['removed_layers']}")
     if skip:
         lines.append(
             f"realized parameter skip  {100 * skip['param_rate']:.2f} %"

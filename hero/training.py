@@ -180,7 +180,7 @@ def fit(
     """Train the trainable tensors of ``model``; resumes from ``checkpoint_dir`` if it holds a checkpoint.
 
     The loss is L_LM + alpha · regularizer(gates, valid) for a routed model; the regularizer is
-    HeRo's L_skip (eq 18) unless another is given (a baseline's objective, ``hero.baselines``). Beyond the paper:
+    HeRo's L_skip (eq 18) unless another is given (a Table 1 method's objective, ``hero.methods``). Beyond the paper:
     ``trainer.alpha_warmup_frac`` ramps alpha linearly (``alpha_schedule``), ``trainer.skip_loss_positions=lm``
     averages the regularizer only over the positions the LM loss covers.
     """
@@ -344,6 +344,20 @@ def _save_on_preemption(directory: Path, completed: dict, history: list[dict], n
             [m for m in history if m["step"] <= completed["step"]],
         )
     )
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, numpy's and torch's global RNGs from the run's seed (before a method is attached)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def set_threads(tcfg) -> None:
+    """The run's ``trainer.num_threads`` (null: torch's default, every core), for training and for any later
+    scoring of the run (``hero.rescore``), so that their seconds compare."""
+    if tcfg.num_threads:
+        torch.set_num_threads(int(tcfg.num_threads))
 
 
 def rng_state() -> dict:

@@ -1,29 +1,30 @@
-"""Table 1's baselines (hero.baselines): each method's definition, single-branch execution, the pipeline,
-and calibration of each cost knob."""
+"""Table 1's baselines (hero.methods: skipgpt_rt, static_drop, random_skip): each method's definition,
+single-branch execution, the pipeline, and calibration of each cost knob."""
 
 from __future__ import annotations
 
 import json
 import math
 from functools import partial
+from types import SimpleNamespace
 
 import optuna
 import polars as pl
 import pytest
 import torch
 from conftest import MICRO_RETAIN, compose_train
-from omegaconf import OmegaConf
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hero.baselines import random_skip, skipgpt, static_drop
-from hero.baselines.attach import attach_policy
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.errors import ConfigError
-from hero.methods import METHODS
-from hero.methods import static_drop as static_drop_method
+from hero.knobs import KNOBS, KnobSetting
+from hero.methods import METHODS, random_skip, static_drop
+from hero.methods import skipgpt_rt as skipgpt
 from hero.model import last_records, routed_blocks, routing_trace
+from hero.model.policy import attach_policy
 from hero.objectives import SkipMeter
-from hero.pipeline import run, validate
+from hero.pipeline import run
+from hero.spec import check
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 LAYERS = [0, 1, 2, 3]
@@ -221,8 +222,8 @@ def test_skipgpt_official_preset_composes_and_trains_with_an_annealed_temperatur
         skipgpt.SkipGPTRouter.set_progress = real
     assert seen == pytest.approx([5.0, 5.0 - 4.0 / 3, 5.0 - 8.0 / 3])  # 3 updates: T_s = 5 − 4·s/3
     record = _record(tmp_path / "official")
-    assert record["variant"] == "skipgpt_rt_official" and record["baseline"]["router"] == "mlp"
-    assert record["baseline"]["eval_gate"] == "gumbel" and record["baseline"]["temperature_final"] == 1.0
+    assert record["variant"] == "skipgpt_rt_official" and record["method_card"]["router"] == "mlp"
+    assert record["method_card"]["eval_gate"] == "gumbel" and record["method_card"]["temperature_final"] == 1.0
 
 
 def test_sparsity_loss_is_the_squared_gap_of_the_mean_execution_ratio():
@@ -267,18 +268,22 @@ def forced_influence_model() -> LlamaForCausalLM:
     return model
 
 
-def static_cfg(k: int):
-    return OmegaConf.create(
-        {"method": {"name": "static_drop", "k": k, "calibration_samples": 4}, "layers": {"name": "all"}}
+def static_spec(k: int) -> SimpleNamespace:
+    """What static_drop's ``prepare`` reads of a ``hero.spec.RunSpec``: its options and its knob (k given)."""
+    return SimpleNamespace(
+        options={"k": k, "calibration_samples": 4},
+        knob=KnobSetting(KNOBS["static_drop"], k, "given"),
+        data=None,
+        layer_set="all",
     )
 
 
 def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
     ids, mask = tokens()
-    monkeypatch.setattr(static_drop_method, "calibration_batches", lambda cfg, tokenizer, bed: [(ids, mask)])
+    monkeypatch.setattr(static_drop, "calibration_batches", lambda data, samples, tokenizer, bed: [(ids, mask)])
     expected = independent_block_influence(forced_influence_model(), ids, mask)
-    prepared = METHODS["static_drop"].prepare(static_cfg(2), forced_influence_model(), None, LAYERS, None, 0.0)
-    record = prepared.record
+    prepared = METHODS["static_drop"].prepare(static_spec(2), forced_influence_model(), None, LAYERS, None)
+    record = prepared.card
     for layer, value in expected.items():
         assert record["block_influence"][str(layer)] == pytest.approx(value, abs=1e-6)
     assert record["block_influence"]["1"] == pytest.approx(0.0, abs=1e-6)
@@ -286,7 +291,7 @@ def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
     assert record["ranking"][:2] == [1, 2] and record["removed_layers"] == [1, 2]
     assert not prepared.trains and record["knob"] == {"name": "k", "value": 2, "calibrated": False}
     # the same calibration text gives the same ranking (and the same values)
-    again = METHODS["static_drop"].prepare(static_cfg(3), forced_influence_model(), None, LAYERS, None, 0.0).record
+    again = METHODS["static_drop"].prepare(static_spec(3), forced_influence_model(), None, LAYERS, None).card
     assert again["block_influence"] == record["block_influence"] and again["ranking"] == record["ranking"]
     assert again["removed_layers"] == sorted(record["ranking"][:3])
     model = prepared.model
@@ -302,7 +307,7 @@ def test_static_drop_removes_exactly_the_k_lowest_influence_ffns(monkeypatch):
 
 def test_static_drop_k_beyond_the_layer_set_is_one_clear_error(monkeypatch):
     with pytest.raises(ConfigError, match=r"method.k=5: static_drop can remove at most the 4 routable FFNs"):
-        METHODS["static_drop"].prepare(static_cfg(5), tiny_llama(), None, LAYERS, None, 0.0)
+        METHODS["static_drop"].prepare(static_spec(5), tiny_llama(), None, LAYERS, None)
 
 
 # ----------------------------------------------------------------------------- random_skip
@@ -395,7 +400,7 @@ def test_single_branch_at_inference_the_skipped_ffn_never_runs(name, kwargs):
 )
 def test_bad_baseline_values_fail_before_any_compute(args, message):
     with pytest.raises(ConfigError) as err:
-        validate(compose_train(args))
+        check(compose_train(args))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -411,15 +416,15 @@ def test_baselines_run_through_the_pipeline(micro_overrides, tmp_path):
     ):
         run(compose_train(micro_overrides + [f"method={name}", "eval=none", *extra]), run_dir=tmp_path / name)
         record = _record(tmp_path / name)
-        assert record["method"] == record["variant"] == name and record["baseline"]["deviations"] is not None
+        assert record["method"] == record["variant"] == name and record["method_card"]["deviations"] is not None
         assert record["knob_name"] == METHODS[name].knob.name and record["rho"] == {}
-        assert record["baseline"]["source"] and record["skip"]["per_layer_ffn_rate"]
+        assert record["method_card"]["source"] and record["skip"]["per_layer_ffn_rate"]
     assert _record(tmp_path / "skipgpt_rt")["train"]["steps"] == 3
-    assert "router" not in _record(tmp_path / "skipgpt_rt")["baseline"]  # official-code keys only when changed
+    assert "router" not in _record(tmp_path / "skipgpt_rt")["method_card"]  # official-code keys only when changed
     assert _record(tmp_path / "skipgpt_rt")["router_params"]["router"] == 2 * (64 + 1)  # one Linear(64, 2), 1 layer
     static = _record(tmp_path / "static_drop")
     assert static["train"] is None and static["skip"]["param_rate"] == pytest.approx(static["skip"]["max_param_rate"])
-    assert static["baseline"]["removed_layers"] == [1] and "1" in static["baseline"]["block_influence"]
+    assert static["method_card"]["removed_layers"] == [1] and "1" in static["method_card"]["block_influence"]
     rates = _record(tmp_path / "random_skip")["skip"]
     n = rates["tokens"]
     assert abs(rates["param_rate"] - 0.5 * rates["max_param_rate"]) <= 4 * rates["max_param_rate"] * math.sqrt(0.25 / n)
@@ -476,7 +481,7 @@ def test_calibrate_random_skip_and_static_drop_then_train_at_the_calibrated_knob
     )
     run(cfg, run_dir=tmp_path / "final")
     record = _record(tmp_path / "final")
-    assert record["knob"] == entries["random_skip"]["value"] and record["baseline"]["knob"]["calibrated"]
+    assert record["knob"] == entries["random_skip"]["value"] and record["method_card"]["knob"]["calibrated"]
     assert record["config"]["method"]["p"] == record["knob"] and record["calibration"]["p"] == record["knob"]
 
 

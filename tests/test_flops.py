@@ -9,12 +9,11 @@ import pytest
 from conftest import MICRO_RETAIN, compose_train
 from transformers import LlamaConfig, LlamaForCausalLM
 
-import hero
 from analysis.compute import markdown, record_net_compute, rows
 from analysis.report import build_parser, run_report
-from hero.methods.skipgpt_rt import SkipGPTRT
-from hero.model import RouterConfig, flops
+from hero.model import flops, routed_blocks
 from hero.pipeline import run
+from hero.spec import RunSpec
 
 TOY = flops.Shape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10)
 SMALL = dict(
@@ -45,16 +44,28 @@ def test_net_compute_by_hand():
     assert flops.skipgpt_router_flops(TOY, hidden=2) == 24 + 32 + 2 + 8 + 2
 
 
-def test_model_costs_come_from_the_attached_router_and_adapters():
-    model = hero.attach(LlamaForCausalLM(LlamaConfig(**SMALL)), "second_half")
-    s = flops.Shape.from_config(model.config)
-    config = RouterConfig()
-    assert flops.model_router_flops(model, s) == [flops.router_flops(s, config, j, 3) for j in (1, 2, 3)]
-    assert flops.model_adapter_dim(model) == config.resolved_adapter_dim(64) == 14
-    cfg = compose_train(["method=skipgpt_rt", "method.target_ratio=0.5"])
-    skipgpt = SkipGPTRT().prepare(cfg, LlamaForCausalLM(LlamaConfig(**SMALL)), None, [3, 4, 5], None, 0.0).model
-    assert flops.model_router_flops(skipgpt, s) == [3 * 64 + 2 * 64 * 2 + 2] * 3
-    assert flops.model_adapter_dim(skipgpt) is None
+def test_each_method_states_the_cost_of_the_router_and_adapters_it_attaches():
+    """``Method.compute_cost`` reads the resolved config; the widths it charges are the ones the model was built with."""
+    s = flops.Shape.from_config(LlamaConfig(**SMALL))
+    for overrides in ([], ["ablation=param_matched_local"]):
+        spec = RunSpec.resolve(compose_train(["layers=explicit", "layers.indices=[3,4,5]", *overrides]))
+        model = spec.method.prepare(spec, LlamaForCausalLM(LlamaConfig(**SMALL)), None, [3, 4, 5], None).model
+        built = model.hero_router.config  # local_head_hidden="matched" resolved to a width by the router
+        router, adapter = spec.method.compute_cost(spec.resolved, s, 3)
+        assert router == [flops.router_flops(s, built, j, 3) for j in (1, 2, 3)]
+        assert adapter == routed_blocks(model)[0].adapter.W1.out_features == 14
+    for router_option, hidden in (("linear", None), ("mlp", 16)):
+        spec = RunSpec.resolve(
+            compose_train(["method=skipgpt_rt", "method.target_ratio=0.5", f"method.router={router_option}"])
+        )
+        model = spec.method.prepare(spec, LlamaForCausalLM(LlamaConfig(**SMALL)), None, [3, 4, 5], None).model
+        if hidden is not None:
+            assert model.hero_router.routers[0].hidden.out_features == hidden
+        assert spec.method.compute_cost(spec.resolved, s, 3) == ([flops.skipgpt_router_flops(s, hidden)] * 3, None)
+    assert flops.skipgpt_router_flops(s, 16) > flops.skipgpt_router_flops(s) == 3 * 64 + 2 * 64 * 2 + 2
+    for method, adapter in (("random_skip", 14), ("dense", None), ("lora", None), ("drop_routable_ffn", None)):
+        spec = RunSpec.resolve(compose_train([f"method={method}"]))
+        assert spec.method.compute_cost(spec.resolved, s, 3) == ([0, 0, 0], adapter), method
 
 
 def test_a_routed_record_carries_its_net_compute_and_analysis_reads_it(micro_overrides, tmp_path):
@@ -89,3 +100,41 @@ def test_a_routed_record_carries_its_net_compute_and_analysis_reads_it(micro_ove
     for axis, value in (("param", skip["param_rate"]), ("net_compute", skip["net_compute_rate"])):
         groups = pl.read_csv(tmp_path / axis / "groups.csv").filter(pl.col("method") == "hero")
         assert groups["skip.mean"][0] == pytest.approx(100 * value), axis
+
+
+def test_every_method_records_its_net_compute_and_analysis_reprices_it_from_the_method(micro_overrides, tmp_path):
+    """Two wrong results this guards: the report's net compute axis dropped the drop control (it carried no
+    net compute and was not on a list of unrouted methods), and ``analysis.compute`` priced the official
+    SkipGPT-RT MLP router as the linear one whenever it recomputed (``--context-length``)."""
+    from analysis.load import load_runs
+    from analysis.report import net_compute_axis
+
+    records = {}
+    for name in ("drop_routable_ffn", "skipgpt_rt_official", "lora"):
+        overrides = [*micro_overrides, MICRO_RETAIN, f"method={name}"]
+        run(
+            compose_train(overrides + (["method.target_ratio=0.3"] if "skipgpt" in name else [])),
+            run_dir=tmp_path / name,
+        )
+        records[name] = json.loads((tmp_path / name / "results.json").read_text())
+    drop, official, lora = records["drop_routable_ffn"], records["skipgpt_rt_official"], records["lora"]
+    assert drop["skip"]["net_compute_rate"] == pytest.approx(drop["skip"]["compute"]["ffn_saved_share"])
+    assert drop["skip"]["net_compute_rate"] > 0
+    assert lora["skip"]["net_compute_rate"] == 0.0
+    compute = official["skip"]["compute"]
+    shape = flops.Shape(**compute["shape"])
+    hidden = shape.hidden // 4  # the official router: Linear(d, d/4) + ReLU + Linear(d/4, 2)
+    assert compute["router"] == len(official["routable_layers"]) * flops.skipgpt_router_flops(shape, hidden)
+    again = record_net_compute(official, shape, context_length=compute["context_length"])
+    assert again["net_compute_rate"] == pytest.approx(official["skip"]["net_compute_rate"], rel=1e-12)
+    frame = load_runs([tmp_path / name for name in records]).records.collect()
+    kept, note = net_compute_axis(frame)
+    by_method = dict(zip(kept["method"].to_list(), kept["skip.param_rate"].to_list()))
+    assert by_method["drop_routable_ffn"] == pytest.approx(drop["skip"]["net_compute_rate"])
+    assert "left out" not in note
+    # a record written before every method carried it: a method without a router that ran every FFN is free
+    old = {k: v for k, v in lora["skip"].items() if k not in ("net_compute_rate", "compute")}
+    (tmp_path / "old" / "lora").mkdir(parents=True)
+    (tmp_path / "old" / "lora" / "results.json").write_text(json.dumps({**lora, "skip": old}))
+    kept, note = net_compute_axis(load_runs([tmp_path / "old"]).records.collect())
+    assert kept["skip.param_rate"].to_list() == [0.0] and "left out" not in note

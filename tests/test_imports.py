@@ -4,9 +4,9 @@ The floors, lowest first (a module's floor is its longest listed prefix):
 
     0  errors once results records jsonl bed knobs     plain records, files, the bed interface, the knob table
     1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
-    2  testbed smollm2 baselines                       beds and the baselines' routing policies
+    2  testbed smollm2                                 the beds
     3  backbones methods training update tracking      registries of beds and methods; the loop
-    4  pipeline rescore                                one run end to end
+    4  spec scoring pipeline rescore                   one run end to end: its spec, its scoring, the run
     5  calibration dispatch bench audit                what runs many runs
 
 Imports inside functions count too: hiding an upward import in a function is still an upward import.
@@ -32,9 +32,9 @@ FLOORS = {
         "wandb_offline",
         "summary",
     ),
-    2: ("testbed", "smollm2", "baselines"),
+    2: ("testbed", "smollm2"),
     3: ("backbones", "methods", "training", "update", "tracking"),
-    4: ("pipeline", "rescore"),
+    4: ("spec", "scoring", "pipeline", "rescore"),
     5: ("calibration", "dispatch", "bench", "audit"),
 }
 FLOOR = {name: floor for floor, names in FLOORS.items() for name in names}
@@ -85,3 +85,25 @@ def test_analysis_reaches_nothing_in_tests():
     for path in (REPO / "analysis").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert '"tests"' not in text and "tests/" not in text and "import tests" not in text, path
+
+
+def hero_closure(module: str) -> set[str]:
+    """Every ``hero`` module that importing ``module`` can reach (imports inside functions included)."""
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for candidate in (REPO / Path(*name.split(".")), REPO / Path(*name.split(".")) / "__init__"):
+            path = candidate.with_suffix(".py")
+            if path.is_file():
+                todo += [target for _, target in imports(path)]
+    return seen
+
+
+def test_rescoring_and_the_run_spec_need_no_pipeline():
+    """Scoring is its own module (``hero.scoring``): rescoring a run never imports the training pipeline."""
+    for module in ("hero.rescore", "hero.scoring", "hero.spec"):
+        assert "hero.pipeline" not in hero_closure(module), module
+    assert "hero.pipeline" in hero_closure("hero.calibration.trials")  # the closure does follow imports

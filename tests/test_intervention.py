@@ -13,9 +13,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import hero
 from hero.errors import ConfigError
 from hero.model.intervention import Intervention, apply_intervention, intervened
-from hero.pipeline import run, validate
+from hero.pipeline import run
 from hero.rescore import rescore
 from hero.results import config_hash
+from hero.spec import check
 
 SMALL = dict(
     vocab_size=97,
@@ -118,9 +119,9 @@ def test_forced_routing_gate_modes():
 
 def test_bad_intervention_values_fail_in_one_line():
     with pytest.raises(ConfigError, match=r"intervention.force_execute=\['x'\]"):
-        validate(compose_train(["intervention.force_execute=[x]"]))
+        check(compose_train(["intervention.force_execute=[x]"]))
     with pytest.raises(ConfigError, match="intervention.unscaled='yes'"):
-        validate(compose_train(["intervention.unscaled=yes"]))
+        check(compose_train(["intervention.unscaled=yes"]))
     with pytest.raises(ConfigError, match=r"layer\(s\) \[1\] are not routable"):
         apply_intervention(trained_looking(), Intervention(force_execute=(1,)))
 

@@ -232,25 +232,25 @@ def test_chance_normalised_retain_by_hand():
 def test_the_pipeline_records_chance_normalised_retain_only_for_suites_with_chance_levels():
     from types import SimpleNamespace
 
-    from hero.pipeline import _retain_chance
     from hero.records import RunRecord
+    from hero.scoring import _retain_chance
 
-    cfg = compose_train(["eval=paper7_cpu"])
+    spec = SimpleNamespace(eval=compose_train(["eval=paper7_cpu"]).eval)
     meta = {
         "primary_metric": {"piqa": "acc", "hellaswag": "acc_norm"},
         "tasks": {"piqa": {"lm_eval_task": "piqa"}, "hellaswag": {"lm_eval_task": "hellaswag"}},
     }
     run = {"piqa": {"acc": 0.6}, "hellaswag": {"acc_norm": 0.25}}
     baseline = {"eval": {"piqa": {"acc": 0.7}, "hellaswag": {"acc_norm": 0.45}}, "source": "x"}
-    out = _retain_chance(cfg, SimpleNamespace(reference=False), run, meta, baseline)
+    out = _retain_chance(spec, run, meta, baseline)
     assert out["per_task"] == pytest.approx({"piqa": 50.0, "hellaswag": 0.0}) and out["value"] == pytest.approx(25.0)
-    assert _retain_chance(cfg, SimpleNamespace(reference=True), run, meta, baseline) is None
-    tiny = compose_train([])
+    assert _retain_chance(spec, run, meta, None) is None  # the dense run itself: no baseline to compare with
+    tiny = SimpleNamespace(eval=compose_train([]).eval)
     own = {
         "primary_metric": {"fact_recall": "acc"},
         "tasks": {"fact_recall": {"lm_eval_task": "hero_tiny_fact_recall"}},
     }
-    assert _retain_chance(tiny, SimpleNamespace(reference=False), {}, own, baseline) is None
+    assert _retain_chance(tiny, {}, own, baseline) is None
     record = RunRecord("completed", "hero", "full", "tiny", 42, 0.001, "second_half", 64, "h")
     assert "retain_chance" not in record.to_dict()  # old records are unchanged
     record.retain_chance = out

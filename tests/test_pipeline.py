@@ -294,14 +294,30 @@ def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["eval=paper7"], "eval=paper7 with model=tiny: the testbed bed's backbone is scored on eval=tiny, eval=none"),
+        (["alpha=calibrated", "calibration.target_skip=0.2"], "alpha=calibrated: "),
+    ],
+)
+def test_a_refused_run_prints_its_one_line_and_nothing_before_it(tmp_path, args, message):
+    """Refused before any compute (the bed is not built) and before any output (no config dump)."""
+    cache = tmp_path / "cache"
+    proc = _train_cli([*args, f"paths.root={tmp_path / 'out'}", f"paths.cache={cache}", "logger=none"], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stdout == "" and proc.stderr.strip().splitlines()[-1].startswith(f"error: {message}")
+    assert not cache.exists()
+
+
 def test_a_beds_data_and_suite_run_only_on_its_own_backbone():
-    from hero.pipeline import validate
+    from hero.spec import check
 
     with pytest.raises(ConfigError, match="data=tiny with model=llama3_1_8b: a bed's data and suite go with its own"):
-        validate(compose_train(["model=llama3_1_8b"]))
+        check(compose_train(["model=llama3_1_8b"]))
     with pytest.raises(ConfigError, match="eval=tiny with model=llama3_1_8b"):
-        validate(compose_train(["model=llama3_1_8b", "data=tulu3"]))
-    validate(compose_train(["model=llama3_1_8b", "data=tulu3", "eval=paper7"]))
+        check(compose_train(["model=llama3_1_8b", "data=tulu3"]))
+    check(compose_train(["model=llama3_1_8b", "data=tulu3", "eval=paper7"]))
 
 
 @pytest.mark.parametrize(
@@ -449,5 +465,5 @@ def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
                 vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
             )
         )
-        lora = with_lora(tiny, cfg.method).base_model.model.model.layers[0].mlp.up_proj
+        lora = with_lora(tiny, dict(cfg.method)).base_model.model.model.layers[0].mlp.up_proj
         assert lora.r["default"] == rank and lora.scaling["default"] == 2.0

@@ -315,8 +315,8 @@ def test_the_cpu_experiment_trains_one_pass_over_the_sampled_conversations():
 )
 def test_smollm2_data_and_suite_only_with_its_backbone_fail_before_loading(overrides):
     from hero.errors import ConfigError
-    from hero.pipeline import validate
+    from hero.spec import check
 
     with pytest.raises(ConfigError, match="smollm2"):
-        validate(compose_train(overrides))
-    validate(compose_train(["experiment=smollm2_cpu"]))
+        check(compose_train(overrides))
+    check(compose_train(["experiment=smollm2_cpu"]))

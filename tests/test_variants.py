@@ -14,8 +14,9 @@ import hero
 from hero.errors import ConfigError
 from hero.model import RouterConfig
 from hero.objectives import prediction_positions, skip_loss
-from hero.pipeline import run, validate
+from hero.pipeline import run
 from hero.results import config_hash
+from hero.spec import check
 from hero.training import alpha_schedule, fit
 
 SMALL = dict(
@@ -115,7 +116,7 @@ def test_bad_variant_values_fail_in_one_line():
         ("router.layer_gate_bias=maybe", "router.layer_gate_bias='maybe': must be true or false"),
     ):
         with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-            validate(compose_train([override]))
+            check(compose_train([override]))
 
 
 def test_variants_at_default_leave_hash_and_calibration_setup_as_before():

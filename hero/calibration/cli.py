@@ -46,9 +46,9 @@ def step_of(cfg: DictConfig) -> float | None:
 
 def plans_for(cfg: DictConfig) -> list[Plan]:
     """One plan per target of this variant config; bad variants and unreachable targets fail here."""
-    from hero.pipeline import validate
+    from hero.spec import check
 
-    validate(cfg)
+    check(cfg)
     knob = knob_of(cfg.method.name)
     if knob is None:
         raise CalibrationConfigError(

@@ -1,6 +1,6 @@
 """``MonotoneSampler``: an Optuna sampler for a response that rises with its one parameter.
 
-Calibration searches the α (or a baseline's cost knob, ``hero.calibration.knobs``) at which
+Calibration searches the α (or a baseline's cost knob, ``hero.calibration.search_space``) at which
 the realized skip rate hits a target. The skip rate rises with it, so the search is root
 finding, not black-box optimisation. The sampler works in x = log10 α (a log-scale
 parameter) or x = the value (a linear one; an integer parameter is rounded) and reads the realized skip rate that each finished trial stored
@@ -44,7 +44,7 @@ from optuna.samplers import BaseSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from hero.calibration.knobs import from_x, to_x
+from hero.calibration.search_space import from_x, to_x
 
 PARAM = "alpha"
 SKIP_ATTR = "skip"

@@ -1,6 +1,6 @@
 """One Optuna study per (variant, target, backbone, layer set); an ask/tell loop over all of them.
 
-A study searches one knob (``hero.calibration.knobs``): α for a HeRo variant, the cost knob
+A study searches one knob (``hero.calibration.search_space``): α for a HeRo variant, the cost knob
 of a baseline method; "α" below stands for either.
 
 ``calibrate(plans, ...)`` keeps ``parallel`` trials in flight across every study and starts
@@ -31,7 +31,6 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.trial import TrialState
 
-from hero.calibration.knobs import bounds, distribution, start, to_x
 from hero.calibration.sampler import (
     SKIP_ATTR,
     TARGET_ATTR,
@@ -40,6 +39,7 @@ from hero.calibration.sampler import (
     bracket,
     finished_points,
 )
+from hero.calibration.search_space import bounds, distribution, start, to_x
 from hero.calibration.trials import run_trial, trial_config
 from hero.errors import ConfigError
 from hero.knobs import ALPHA, Knob

@@ -1,7 +1,7 @@
 """How one calibration trial runs: a real training run of the variant at a proposed α.
 
 A trial is ``hero.pipeline.run`` of the variant's train config with ``alpha=<proposed>`` (or
-the baseline's knob, ``method.p=<proposed>``, … — ``hero.calibration.knobs``),
+the baseline's knob, ``method.p=<proposed>``, … — ``hero.calibration.search_space``),
 ``objective=skip.param_rate``, ``trainer.max_steps`` shortened to ``trial_fraction`` of the
 training budget, the study's fixed seed, and its record written under
 ``<calibration.dir>/trials/<study>/alpha=<α>``. No ``force``: the pipeline's config-hash
@@ -178,13 +178,13 @@ def param_ceiling(cfg: DictConfig, with_layers: bool = False) -> float | tuple[f
 
     from hero import backbones
     from hero.model.attach import decoder_layers, resolve_layers
-    from hero.pipeline import layer_spec
+    from hero.spec import layer_choice
 
     bed = backbones.bed(cfg.model, str(cfg.paths.cache))
     config = AutoConfig.from_pretrained(backbones.resolve_path(cfg.model, bed))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    layers = resolve_layers(layer_spec(cfg), config.num_hidden_layers)
+    layers = resolve_layers(layer_choice(cfg.layers), config.num_hidden_layers)
     blocks = decoder_layers(model)
     total = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     ceiling = sum(p.numel() for i in layers for p in blocks[i].mlp.parameters()) / total

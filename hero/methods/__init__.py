@@ -8,7 +8,10 @@
     static_drop        the k lowest-Block-Influence FFNs removed (Table 1)
     random_skip        Bernoulli(p) FFN skip per token, adapters optional (Table 1)
 
-Adding a method is one module with a ``Method`` subclass, registered below, and ``conf/method/<name>.yaml``.
+A method's module holds all of it: its definition (router, policy, loss), its options and their checks, how it
+is attached and trained, and what it costs (``compute_cost``). Table 1's methods share ``table1.py``; every
+routing policy plugs into HeRo's routed block through ``hero.model.policy``. Adding a method is one module with a
+``Method`` subclass, registered below, and ``conf/method/<name>.yaml``.
 """
 
 from __future__ import annotations

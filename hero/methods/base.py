@@ -1,9 +1,11 @@
-"""What every ``method=`` option provides: checks, a prepared model, and its trained state on disk.
+"""What every ``method=`` option provides: its options, a prepared model, its compute cost, its trained state on disk.
 
-``hero.pipeline`` runs every method the same way — ``check`` (before any compute), ``prepare`` (the
-backbone with the method attached, whether and how it trains), ``fit`` when it trains, ``save`` the trained tensors, score,
-``statistics`` on the routing data — and never branches on the method's name. ``python -m
-hero.rescore`` uses ``prepare`` + ``load`` to score a finished run again on another suite.
+``hero.spec`` reads a method's options once (``options``, before any compute); ``hero.pipeline`` then runs every
+method the same way — ``prepare`` (the backbone with the method attached, whether and how it trains), ``fit`` when
+it trains, ``save`` the trained tensors — and ``hero.scoring`` scores it, takes ``statistics`` on the routing data
+and charges its ``compute_cost``; none of them branches on the method's name. ``python -m hero.rescore`` uses
+``prepare`` + ``load`` to score a finished run again on another suite, and ``analysis.compute`` asks
+``compute_cost`` for a record written before records carried their net compute.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hero.errors import ConfigError
 from hero.evaluation.routing import routing_statistics
 from hero.knobs import Knob, knob_of
 from hero.model.attach import decoder_layers
+from hero.model.flops import Shape
 from hero.model.io import backbone_fingerprint
 from hero.objectives import total_param_count
 
@@ -39,18 +42,15 @@ class Prepared:
     """A method attached to a backbone, ready to train and score.
 
     ``weight`` × ``regularizer(gates, valid)`` is added to L_LM in training (``regularizer`` None: HeRo's
-    L_skip, eq 18); ``routed``: the model routes tokens, so training and statistics collect gates;
-    ``record``: the run record's ``baseline`` section (Table 1's baselines); ``calibrated``: a knob came from
-    the calibration file; ``fixed_skip``: the skip section of a model whose routing nothing decides.
+    L_skip, eq 18); ``card``: the run record's ``method_card`` (a Table 1 method's definition, deviations, knob
+    and settings); ``fixed_skip``: the skip section of a model whose routing nothing decides.
     """
 
     model: nn.Module
     trains: bool = False
     weight: float = 0.0
     regularizer: Callable | None = None
-    routed: bool = False
-    record: dict | None = None
-    calibrated: bool = False
+    card: dict | None = None
     fixed_skip: dict | None = None
 
 
@@ -69,18 +69,28 @@ class Method:
 
     name: ClassVar[str]
     reference: ClassVar[bool] = False  # the Retain baseline itself (dense): it writes the baseline cache
+    routes: ClassVar[bool] = False  # tokens are routed: training and statistics collect gates, interventions apply
     state_dir: ClassVar[str] = TRAINED_DIR  # where a trained run keeps its trainable tensors, in its run dir
 
-    def check(self, cfg) -> None:
-        """Every option of ``cfg.method``, before any compute; raises ``ConfigError`` naming the bad value."""
+    def options(self, cfg) -> dict:
+        """The method's own options, checked, before any compute (``hero.spec``; the one place a method reads the
+        composed config); raises ``ConfigError`` naming the bad value. A cost knob is resolved by the spec."""
+        return {}
 
     @property
     def knob(self) -> Knob | None:
         """The knob that sets this method's cost (``hero.knobs``); None when nothing moves its skip rate."""
         return knob_of(self.name)
 
-    def prepare(self, cfg, model: nn.Module, tokenizer, layers: list[int], bed, alpha: float) -> Prepared:
+    def prepare(self, spec, model: nn.Module, tokenizer, layers: list[int], bed) -> Prepared:
+        """The backbone with the method attached (``spec``: the run's ``hero.spec.RunSpec``)."""
         raise NotImplementedError
+
+    def compute_cost(self, config: dict, shape: Shape, num_routable: int) -> tuple[list[float], int | None]:
+        """(router FLOPs per token at each routable block, the skip branch's adapter width or None) of a run of this
+        method with the resolved ``config`` (a record's ``config``): what ``hero.model.flops.net_compute`` charges.
+        A method that routes nothing pays nothing."""
+        return [0] * num_routable, None
 
     def statistics(self, prepared: Prepared, batches: Callable, classes) -> tuple[dict, dict]:
         """(skip section, learned ρ) of the prepared model on routing data (``batches()`` yields them)."""

@@ -9,5 +9,5 @@ class Dense(Method):
     name = "dense"
     reference = True
 
-    def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:
+    def prepare(self, spec, model, tokenizer, layers, bed) -> Prepared:
         return Prepared(model, fixed_skip=fixed_routing(model, layers, ffn_executed=True))

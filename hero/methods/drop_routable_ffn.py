@@ -10,7 +10,7 @@ from hero.model.drop import ZeroFFN
 class DropRoutableFFN(Method):
     name = "drop_routable_ffn"
 
-    def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:
+    def prepare(self, spec, model, tokenizer, layers, bed) -> Prepared:
         skip = fixed_routing(model, layers, ffn_executed=False)  # counted before the FFNs leave the model
         blocks = decoder_layers(model)
         for i in layers:

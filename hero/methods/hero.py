@@ -11,21 +11,28 @@ from omegaconf import OmegaConf
 
 from hero.methods.base import Method, Prepared
 from hero.model import RouterConfig, attach, load_router, save_router
+from hero.model.controls import resolve_matched
+from hero.model.flops import router_flops
 
 
 class HeRo(Method):
     name = "hero"
+    routes = True
     state_dir = "router"
 
-    def prepare(self, cfg, model, tokenizer, layers, bed, alpha) -> Prepared:
-        config = RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True))
-        return Prepared(
-            attach(model, layers, config=config),
-            trains=True,
-            weight=alpha,
-            routed=True,
-            calibrated=cfg.alpha == "calibrated",
-        )
+    def options(self, cfg) -> dict:
+        """The router options (``router:``; the ``ablation=`` group switches its booleans), checked."""
+        return {"router": RouterConfig.from_dict(OmegaConf.to_container(cfg.router, resolve=True))}
+
+    def prepare(self, spec, model, tokenizer, layers, bed) -> Prepared:
+        return Prepared(attach(model, layers, config=spec.options["router"]), trains=True, weight=spec.alpha)
+
+    def compute_cost(self, config, shape, num_routable):
+        """HeRo's router at every routable block (``hero.model.flops.router_flops``; a ``matched`` local head at its
+        resolved width) and its adapters (d_r, ``RouterConfig.resolved_adapter_dim``)."""
+        router = resolve_matched(RouterConfig.from_dict(config["router"]), shape.hidden, num_routable)
+        flops = [router_flops(shape, router, j, num_routable) for j in range(1, num_routable + 1)]
+        return flops, router.resolved_adapter_dim(shape.hidden)
 
     def save(self, prepared, run_dir):
         return save_router(prepared.model, run_dir / self.state_dir)

@@ -68,15 +68,20 @@ def matched_local_width(config: RouterConfig, hidden_size: int, num_routable: in
     return max(1, round(1 + (target - at_one) / (at_two - at_one)))
 
 
+def resolve_matched(config: RouterConfig, hidden_size: int, num_routable: int) -> RouterConfig:
+    """``config`` with ``local_head_hidden="matched"`` replaced by its width (``matched_local_width``)."""
+    if config.local_head_hidden != "matched":
+        return config
+    return dataclasses.replace(config, local_head_hidden=matched_local_width(config, hidden_size, num_routable))
+
+
 def build_router(config: RouterConfig, hidden_size: int, num_routable: int) -> tuple[Router, dict]:
     """The router for ``config`` and its parameter counts against full HeRo.
 
     ``local_head_hidden="matched"`` is resolved here (the router gets the number; the model
     keeps the config as written, so a saved router re-resolves to the same width).
     """
-    resolved = config
-    if config.local_head_hidden == "matched":
-        resolved = dataclasses.replace(config, local_head_hidden=matched_local_width(config, hidden_size, num_routable))
+    resolved = resolve_matched(config, hidden_size, num_routable)
     router = router_class(resolved)(resolved, hidden_size, num_routable)
     count = sum(p.numel() for p in router.parameters() if p.requires_grad) + num_routable
     full = trainable_count(full_hero(config), hidden_size, num_routable)

@@ -25,8 +25,8 @@ sides (they are the same for dense and routed, apart from the router's own few
 element-wise passes, which the 6·d term stands for). Ideal speedup = dense FLOPs /
 routed FLOPs of the same run, with the realized number of skipped (token, layer) pairs.
 
-A baseline policy (``hero.baselines``) states its own router cost as ``flops_per_token(shape, j)``;
-SkipGPT-RT's router, RMS normalisation and Linear(d, 2) per layer, is ``skipgpt_router_flops``.
+Each method states what its router and adapters cost (``compute_cost`` in ``hero.methods``); SkipGPT-RT's
+router, RMS normalisation and Linear(d, 2) per layer, is ``skipgpt_router_flops``.
 
 **Net compute skip** (``net_compute``): the paper's parameter skip charges neither the router nor
 the adapter. Per token, with the per-layer FFN execution rates e_ℓ of a run,
@@ -47,7 +47,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hero.model.attach import routed_blocks
 from hero.model.config import RouterConfig
 
 
@@ -214,26 +213,3 @@ def net_compute(
             "ffn_saved_share": ffn_saved / backbone["total"],
         },
     }
-
-
-def model_router_flops(model, s: Shape) -> list[int]:
-    """Router FLOPs per token at each routable block of a routed model (HeRo's router or a baseline policy)."""
-    router = model.hero_router
-    n = router.num_routable
-    own = getattr(router, "flops_per_token", None)
-    if own is not None:
-        return [own(s, j) for j in range(1, n + 1)]
-    return [router_flops(s, router.config, j, n) for j in range(1, n + 1)]
-
-
-def model_adapter_dim(model) -> int | None:
-    """The adapters' bottleneck width of a routed model, None when its skip branch has no adapter."""
-    adapter = routed_blocks(model)[0].adapter
-    w1 = getattr(adapter, "W1", None)
-    return w1.out_features if w1 is not None else None
-
-
-def model_net_compute(model, per_layer_ffn_rate: Mapping[str, float], context_length: int) -> dict:
-    """``net_compute`` of a routed model, its shape, router and adapters read from the model itself."""
-    s = Shape.from_config(model.config)
-    return net_compute(s, per_layer_ffn_rate, model_router_flops(model, s), model_adapter_dim(model), context_length)

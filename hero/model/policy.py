@@ -1,6 +1,6 @@
-"""The plug between a baseline routing policy and HeRo's routed block.
+"""The plug between a routing policy (a Table 1 method's, ``hero.methods``) and HeRo's routed block.
 
-A baseline is attached like HeRo (``hero.attach``): every routable layer is wrapped in a
+A policy is attached like HeRo (``hero.attach``): every routable layer is wrapped in a
 ``RoutedDecoderLayer`` (the block of ``hero/model/block.py``: frozen attention, then one
 branch per token, the rows split by index so a skipped token never enters the FFN), the
 policy is registered as ``model.hero_router`` and every backbone parameter is frozen. The
@@ -10,13 +10,13 @@ policy plays the router's part through the same small interface the block calls:
     policy.initial_carry(h̄_flat) / policy.unpack_carry(())   state across blocks (none here)
     policy.num_routable, policy.hidden_size, policy.config.tau
 
-Gates of a baseline are hard: 1.0 runs the FFN (g·FFN(u) = FFN(u)), 0.0 takes the skip
+Gates of a policy are hard: 1.0 runs the FFN (g·FFN(u) = FFN(u)), 0.0 takes the skip
 branch ((1 − g)·Adapter(u)); without an adapter (``adapter=False``) the skip branch is
 ``ZeroAdapter``: the token keeps its residual h̄, as when the FFN is removed. A policy with
 ``dense_straight_through = True`` (SkipGPT's router) runs the FFN on every row while the
 gradient is needed, because its straight-through estimator differentiates the hard gate
 through FFN(u) of skipped tokens too; without gradient (evaluation, generation) it is
-single-branch like every other policy. The per-layer η of the block is frozen: baselines
+single-branch like every other policy. The per-layer η of the block is frozen: policies
 have no memory.
 """
 
@@ -30,14 +30,13 @@ from torch import nn
 
 from hero.model.attach import decoder_layers, resolve_layers
 from hero.model.block import RoutedDecoderLayer, RoutingContext
-from hero.model.config import HeRoConfigError
-from hero.model.flops import Shape
+from hero.model.config import HeRoConfigError, RouterConfig
 from hero.model.router import Decision
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    """What a saved or inspected baseline model reports as ``model.hero_config``."""
+    """What a saved or inspected policy-routed model reports as ``model.hero_config``."""
 
     method: str
     options: tuple
@@ -64,9 +63,9 @@ class ZeroAdapter(nn.Module):
 
 
 def hard_decision(gate: torch.Tensor, logit: torch.Tensor | None = None, extras: dict | None = None) -> Decision:
-    """A ``Decision`` for a baseline: the gate, its logit (or NaN), and NaN / empty history fields.
+    """A ``Decision`` for a policy: the gate, its logit (or NaN), and NaN / empty history fields.
 
-    HeRo's history fields (a, p_hist, m_hist, x_path, c, ν; eq 4–15) do not exist for a baseline;
+    HeRo's history fields (a, p_hist, m_hist, x_path, c, ν; eq 4–15) do not exist for a policy;
     the trace shows them as NaN (per token) or with width 0, never as made-up numbers.
     """
     n = gate.shape[0]
@@ -86,7 +85,7 @@ def hard_decision(gate: torch.Tensor, logit: torch.Tensor | None = None, extras:
 
 
 class Policy(nn.Module):
-    """Base of the baseline policies: the carry-less part of the router interface."""
+    """Base of the routing policies: the carry-less part of the router interface."""
 
     dense_straight_through = False
 
@@ -96,10 +95,6 @@ class Policy(nn.Module):
         self.num_routable = num_routable
         self.config = config
 
-    def flops_per_token(self, shape: Shape, j: int) -> int:
-        """Router FLOPs per token at block j (``hero.model.flops``): none for a policy that reads no hidden state."""
-        return 0
-
     def initial_carry(self, hbar: torch.Tensor) -> NoCarry:
         return NoCarry()
 
@@ -107,8 +102,8 @@ class Policy(nn.Module):
         return NoCarry()
 
 
-class BaselineDecoderLayer(RoutedDecoderLayer):
-    """``RoutedDecoderLayer`` for a baseline policy; differs only for a dense straight-through policy in training."""
+class PolicyDecoderLayer(RoutedDecoderLayer):
+    """``RoutedDecoderLayer`` for a routing policy; differs only for a dense straight-through policy in training."""
 
     def _branches(
         self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
@@ -140,7 +135,7 @@ def attach_policy(
     module_list = decoder_layers(model)
     routable = resolve_layers(layers, len(module_list))
     hidden_size = model.config.hidden_size
-    adapter_dim = adapter_dim or max(1, round(hidden_size * 7 / 32))
+    adapter_dim = adapter_dim or RouterConfig().resolved_adapter_dim(hidden_size)
     config = PolicyConfig(method, tuple(sorted(options.items())), adapter, adapter_dim)
     for param in model.parameters():
         param.requires_grad_(False)
@@ -148,7 +143,7 @@ def attach_policy(
     policy = factory(hidden_size, len(routable), config).to(reference.device)
     context = RoutingContext()
     for j, index in enumerate(routable, start=1):
-        block = BaselineDecoderLayer(
+        block = PolicyDecoderLayer(
             module_list[index], policy, context, j, index, adapter_dim, rho_init=0.5, forget="learned"
         )
         block.eta.requires_grad_(False)

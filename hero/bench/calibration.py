@@ -1,8 +1,8 @@
 """Benchmark: trials needed to reach ±tolerance, MonotoneSampler vs TPE, for several variants, in one run.
 
-    python -m hero.calibration.bench                                   # recorded response (records it first)
-    python -m hero.calibration.bench --response real --tpe-seeds 1     # every trial a real training run
-    python -m hero.calibration.bench --variants full,no_history,no_memory_read --targets 0.05,0.1,0.15
+    python -m hero.bench.calibration                                   # recorded response (records it first)
+    python -m hero.bench.calibration --response real --tpe-seeds 1     # every trial a real training run
+    python -m hero.bench.calibration --variants full,no_history,no_memory_read --targets 0.05,0.1,0.15
 
 The response (α → realized parameter skip rate) comes from REAL training runs of each variant
 on the micro testbed (``model.recipe=micro``, settings in ``TRIAL`` plus any ``--set`` overrides):
@@ -141,7 +141,7 @@ def record_grid(variant: str, root: Path, extra: list[str]) -> list[tuple[float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hero.calibration.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m hero.bench.calibration", description=__doc__.split("\n")[0])
     ap.add_argument("--variants", default="full,no_history,no_aux_state")
     ap.add_argument("--targets", default=None, help="default 0.1 (micro testbed), 0.15,0.2,0.25 (paper)")
     ap.add_argument("--tolerance", type=float, default=0.005)

@@ -1,0 +1,168 @@
+"""Score a prepared model: the suite, Retain against the dense baseline, routing statistics, both cost axes.
+
+``score`` fills a run record the same way for a training run (``hero.pipeline``) and for a rescoring
+(``hero.rescore``), for every method: the suite's scores (``hero.evaluation``), Retain and chance-normalised Retain
+against the dense baseline of the same backbone × suite, the method's ``statistics`` on the routing data (the
+parameter skip and the per-layer FFN execution rates), and the net compute skip with its breakdown, which the
+method's own ``compute_cost`` (router and adapter FLOPs) enters (``hero.model.flops.net_compute``).
+
+The dense baseline every evaluated run uses for Retain is computed once per backbone × suite and cached under
+``<paths.cache>/baselines/<key>.json`` (``dense_baseline``); it is also written once as a run record under
+``<paths.root>/baselines/<key>/`` (``write_baseline_record``), so analysis reads it like any run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from hero.data import collate, load_conversations, tokenize_conversation
+from hero.evaluation import CHANCE, RetainError, chance_normalised, evaluate_suite, retain, suite_fingerprint
+from hero.methods import Prepared
+from hero.model.flops import Shape, net_compute
+from hero.model.intervention import apply_intervention
+from hero.model.io import backbone_fingerprint
+from hero.records import RunRecord
+from hero.results import RESULTS_FILENAME, read_record, write_atomic
+from hero.spec import Loaded, RunSpec, SpecError
+
+
+def score(spec: RunSpec, loaded: Loaded, prepared: Prepared, record: RunRecord, baseline: dict | None) -> None:
+    """Fill the record's scores, Retain, method card, routing statistics and net compute.
+
+    ``baseline``: the dense baseline's scores (``dense_baseline``), None for the dense method itself and when the
+    run is not evaluated. The run's evaluation-only intervention (``hero.model.intervention``) applies from here
+    on: after training, to the scores and the routing statistics alike.
+    """
+    backbone, bed = loaded.backbone, loaded.bed
+    if spec.method.routes:
+        apply_intervention(prepared.model, spec.intervention)
+    record.eval, record.eval_meta = evaluate_suite(prepared.model, backbone.tokenizer, spec.eval, bed)
+    if spec.method.reference and spec.evaluates:
+        _store_baseline(spec, backbone, record.eval)
+        record.baseline_key = _baseline_path(spec, backbone).stem
+    if prepared.card is not None:
+        record.method_card, record.knob = prepared.card, prepared.card["knob"]["value"]
+        record.knob_name = prepared.card["knob"]["name"]
+    record.retain = _retain(spec, record.eval, record.eval_meta, baseline)
+    record.retain_chance = _retain_chance(spec, record.eval, record.eval_meta, baseline)
+    record.skip, record.rho = spec.method.statistics(
+        prepared, lambda: _routing_batches(spec, backbone.tokenizer, bed), bed.token_classes if bed else None
+    )
+    shape = Shape.from_config(backbone.model.config)
+    router, adapter = spec.method.compute_cost(spec.resolved, shape, len(loaded.layers))
+    record.skip.update(net_compute(shape, record.skip["per_layer_ffn_rate"], router, adapter, spec.data.max_length))
+
+
+def _routing_batches(spec: RunSpec, tokenizer, bed):
+    """Routing data: the bed's token-classed held-out sequences, or 64 validation conversations of the data."""
+    if bed is not None:
+        return bed.token_class_batches(tokenizer, batch_size=spec.eval.batch_size)
+    conversations = load_conversations(spec.data, bed, split="validation")[:64]
+    items = [tokenize_conversation(tokenizer, c, spec.data.max_length) for c in conversations]
+    return [
+        (b["input_ids"], b["attention_mask"])
+        for b in (collate(items[i : i + 8], tokenizer.pad_token_id) for i in range(0, len(items), 8))
+    ]
+
+
+def _retain(spec: RunSpec, scores, meta, baseline) -> dict | None:
+    if baseline is None:
+        return None
+    try:
+        value = retain(scores, baseline["eval"], meta["primary_metric"], baseline_name=spec.eval.baseline)
+    except RetainError as err:  # e.g. a baseline at 0 on a task: the scores are still recorded
+        print(f"warning: no Retain for this run: {err}", flush=True)
+        return {
+            "value": None,
+            "baseline": spec.eval.baseline,
+            "tasks": sorted(meta["primary_metric"]),
+            "metrics": dict(sorted(meta["primary_metric"].items())),
+            "error": str(err),
+            "baseline_source": baseline["source"],
+        }
+    value["baseline_source"] = baseline["source"]
+    return value
+
+
+def _retain_chance(spec: RunSpec, scores, meta, baseline) -> dict | None:
+    """Chance-normalised Retain over the suite's tasks with a known chance level (None: no such task)."""
+    if baseline is None:
+        return None
+    tasks = meta.get("tasks", {})
+    chance = {t: CHANCE[s["lm_eval_task"]] for t, s in tasks.items() if s["lm_eval_task"] in CHANCE}
+    try:
+        return chance_normalised(scores, baseline["eval"], meta["primary_metric"], chance, spec.eval.baseline)
+    except RetainError as err:
+        print(f"warning: no chance-normalised Retain for this run: {err}", flush=True)
+        return None
+
+
+def _baseline_path(spec: RunSpec, backbone) -> Path:
+    fingerprint = backbone_fingerprint(backbone.model)["weights_sha256"]
+    suite = f"{spec.eval.suite}-{suite_fingerprint(spec.eval)}"
+    return Path(spec.cache) / "baselines" / f"{spec.model.name}-{fingerprint}-{suite}.json"
+
+
+def dense_baseline(spec: RunSpec, loaded: Loaded) -> dict | None:
+    """Dense scores of this backbone on this suite, cached per backbone × suite and computed once; None for a run
+    that is not evaluated and for the dense method (it is its own baseline)."""
+    if not spec.evaluates or spec.method.reference:
+        return None
+    if spec.eval.baseline != "dense":
+        raise SpecError(
+            f"eval.baseline={spec.eval.baseline!r}: runs compute Retain against 'dense'; "
+            "other baselines are chosen in analysis (python -m analysis.report --help)"
+        )
+    path = _baseline_path(spec, loaded.backbone)
+    if path.is_file():
+        return {**read_record(path), "source": str(path)}
+    scores, _ = evaluate_suite(loaded.backbone.model, loaded.backbone.tokenizer, spec.eval, loaded.bed)
+    return {**_store_baseline(spec, loaded.backbone, scores), "source": str(path)}
+
+
+def write_baseline_record(spec: RunSpec, loaded: Loaded, baseline: dict, meta: dict, root: Path) -> Path | None:
+    """The dense baseline as a run record, once per backbone × suite: ``<root>/baselines/<key>/results.json``.
+
+    Every evaluated run computes (or reads from the cache) the dense scores of its backbone on its suite;
+    this record makes them visible to analysis like any run, so Retain tables need no separate
+    ``method=dense`` run. ``key`` is the cache file's name (backbone weights × suite settings); the record
+    takes the seed, layer set and memory dim of the run that wrote it, ``origin: baseline_cache``, and the
+    ``baseline_key`` that a ``method=dense`` run of the same backbone and suite also carries (analysis keeps
+    that run and notes this record as superseded). Like every record, it carries its net compute skip: 0.
+    """
+    key = Path(baseline["source"]).stem
+    path = root / "baselines" / key / RESULTS_FILENAME
+    if path.is_file():
+        return None
+    name, layers = spec.eval.baseline, loaded.layers
+    rates = {str(layer): 1.0 for layer in layers}
+    skip = {"param_rate": 0.0, "per_layer_ffn_rate": rates}
+    shape = Shape.from_config(loaded.backbone.model.config)
+    skip.update(net_compute(shape, rates, [0] * len(layers), None, spec.data.max_length))
+    record = RunRecord(
+        status="completed",
+        method=name,
+        variant=name,
+        backbone=spec.model.name,
+        seed=spec.seed,
+        alpha=0.0,
+        layer_set=spec.layer_set,
+        memory_dim=spec.memory_dim,
+        config_hash=hashlib.sha256(key.encode()).hexdigest()[:16],
+        routable_layers=layers,
+        eval=baseline["eval"],
+        eval_meta=meta,
+        rho={},
+        skip=skip,
+        origin="baseline_cache",
+        baseline_key=key,
+        baseline_source=baseline["source"],
+    )
+    return record.write(path)
+
+
+def _store_baseline(spec: RunSpec, backbone, scores) -> dict:
+    payload = {"backbone": spec.model.name, "suite": spec.eval.suite, "limit": spec.eval.limit, "eval": scores}
+    write_atomic(_baseline_path(spec, backbone), payload)
+    return payload
