@@ -17,6 +17,8 @@ Imports inside functions count too: hiding an upward import in a function is sti
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,3 +88,13 @@ def test_analysis_reaches_nothing_in_tests():
     for path in (REPO / "analysis").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert '"tests"' not in text and "tests/" not in text and "import tests" not in text, path
+
+
+def test_analysis_and_the_shared_statistics_import_without_torch():
+    """``analysis`` must run where torch is not installed; it shares its formulas through ``hero.statistics``."""
+    modules = ["analysis", "analysis.gates", "analysis.reference", "analysis.two_suites", "hero.statistics"]
+    code = (
+        f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\nprint('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
