@@ -10,7 +10,7 @@ Typical use::
         print(table.to_markdown() if table else f"{spec.stem}: no runs")
 
 The command line is ``python -m analysis.report <dirs…> --out <dir>``; plots are in
-``analysis.plots`` (imports matplotlib), the benchmark in ``python -m analysis.bench``.
+``analysis.plots`` (imports matplotlib), the benchmark in ``python -m analysis.report_timing``.
 """
 
 from analysis.curves import (
@@ -25,8 +25,8 @@ from analysis.curves import (
 )
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, find_runs, load_runs
+from analysis.reference import Baseline, BaselineError, parse_selector, resolve_baselines, selector_expr, with_retain
 from analysis.resolution import comparisons, resolution_markdown, seeds_needed
-from analysis.retain import Baseline, BaselineError, parse_selector, resolve_baselines, selector_expr, with_retain
 from analysis.stats import paired_differences, summarize, t_quantile
 from analysis.tables import Table, TableSpec, build_table, paper_tables
 

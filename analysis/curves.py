@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 import polars as pl
 
-from analysis.retain import BaselineError, selector_expr
+from analysis.reference import BaselineError, selector_expr
 from analysis.stats import summarize, t_quantile
 
 CURVE_KEYS = ("backbone", "method", "variant", "memory_dim", "layer_set")

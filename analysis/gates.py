@@ -1,7 +1,7 @@
 """Executed-only gate and routable-FFN execution rate of run records, including records that predate them.
 
 Two pairs of routing statistics are easily read as each other (``hero.objectives.SkipMeter`` says what
-each averages over):
+each averages over; ``hero.statistics`` defines them, for ``SkipMeter`` and for this module):
 
 * ``per_layer_mean_gate`` averages g over ALL non-padding tokens, skipped ones included; the scale eq 3
   applies to an executed FFN's output is the mean of g over the executed tokens only,
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from analysis.load import find_runs
+from hero import statistics
 
 
 class GateHistogramError(ValueError):
@@ -44,11 +45,11 @@ class Gate(NamedTuple):
 
 
 def ffn_execution_rate(skip: dict) -> float:
-    """Share of routable (token, layer) FFN calls that ran: stored, else the mean of the per-layer rates."""
+    """Share of routable (token, layer) FFN calls that ran: stored, else from the per-layer rates
+    (``hero.statistics.ffn_execution_rate``, the definition ``SkipMeter`` stores)."""
     if skip.get("ffn_execution_rate") is not None:
         return float(skip["ffn_execution_rate"])
-    rates = list(skip["per_layer_ffn_rate"].values())
-    return sum(rates) / len(rates)
+    return statistics.ffn_execution_rate(list(skip["per_layer_ffn_rate"].values()))
 
 
 def executed_gate(skip: dict, tau: float = 0.5) -> dict[str, Gate | None]:

@@ -22,7 +22,7 @@ import os
 import polars as pl
 
 from analysis.load import KEYS
-from analysis.retain import group_label
+from analysis.reference import group_label
 
 CHECKPOINT = "config.router.checkpoint"
 PLOTTED_FIGURES = ("prefill_tokens_per_s", "decode_ms_per_token")

@@ -7,7 +7,7 @@ dirs, copies from a cluster), lists failed and incomplete runs, and writes to ``
   (``analysis.tables``), each with its named Retain baseline and task set;
 * ``groups.csv`` — seed statistics of every group (Retain against ``--curve-baseline``),
   including runs without task scores (skip statistics only), and ``retain_chance`` (chance-normalised
-  Retain as each run recorded it, ``hero.evaluation.retain.chance_normalised``) when records carry it;
+  Retain as each run recorded it, ``hero.statistics.chance_normalised``) when records carry it;
 * ``curves.csv``, ``matched_skip.{csv,md}``, ``curve_areas.csv``, ``skip_adjusted.csv`` —
   quality–cost curves, comparisons at matched skip (by default at the reference curve's
   points, or at the calibration targets when runs used ``alpha=calibrated``), areas between
@@ -57,8 +57,8 @@ from analysis.budget import budget_markdown, budget_table
 from analysis.curves import area_between, curve_points, curves, matched_skip, reference_curves, skip_adjusted
 from analysis.latency import latency_table
 from analysis.load import KEYS, Runs, load_runs
+from analysis.reference import BaselineError, parse_selector, resolve_baselines, with_retain
 from analysis.resolution import comparisons, resolution_markdown
-from analysis.retain import BaselineError, parse_selector, resolve_baselines, with_retain
 from analysis.stats import summarize
 from analysis.tables import Table, build_table, close_to, paper_tables
 from analysis.training_budget import has_budgets

@@ -2,7 +2,7 @@
 
 Each table is a set of rows (groups of seeds, see ``analysis.load.KEYS``) chosen by
 the "main setting" (α, memory dim, layer set), and a named Retain baseline chosen
-among those rows by a selector (``analysis.retain``):
+among those rows by a selector (``analysis.reference``):
 
 =====  ============  ==========================================================  ======================
 table  name          rows                                                        default baseline
@@ -28,7 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from analysis.load import KEYS
-from analysis.retain import Baseline, resolve_baselines, with_retain
+from analysis.reference import Baseline, resolve_baselines, with_retain
 from analysis.stats import paired_differences, summarize
 
 HEADERS = {

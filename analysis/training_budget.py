@@ -7,7 +7,7 @@ are ``train.steps`` (0 for an untrained run). Statistics over seeds (mean, sampl
 the gap between two methods is paired by seed at each (level, updates), so it answers "does the gap
 close with budget" with its own seed spread rather than the two groups' spreads added.
 
-Inputs are ``analysis.retain.with_retain``'s scored runs (``retain`` against the named baseline,
+Inputs are ``analysis.reference.with_retain``'s scored runs (``retain`` against the named baseline,
 ``skip.param_rate``).
 """
 

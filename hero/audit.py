@@ -50,6 +50,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hero.statistics import retain_value
 from hero.testbed.tasks import CHANCE, CHANCE_MARGIN, RETAIN_TASKS, TASK_PRIMARY_METRIC
 
 ISA_ENV = {
@@ -110,11 +111,12 @@ def run_build(
 
 
 def _retain(scores: dict, baseline: dict, primary: dict[str, str]) -> tuple[float | None, dict[str, float | None]]:
-    """Retain and its per-task ratios; None where the baseline scores 0 (no ratio, as in hero.evaluation.retain)."""
+    """Retain (``hero.statistics.retain_value``) and its per-task ratios × 100; None where the baseline scores 0
+    (no ratio, as in ``hero.statistics.retain``)."""
     per_task = {t: 100.0 * scores[t][m] / baseline[t][m] if baseline[t][m] else None for t, m in primary.items()}
     if None in per_task.values():
         return None, per_task
-    return sum(per_task.values()) / len(per_task), per_task
+    return retain_value({t: scores[t][m] / baseline[t][m] for t, m in primary.items()}), per_task
 
 
 def summarize_build(root: Path, hero_seeds) -> dict:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from hero import statistics
 from hero.model.attach import is_hero_parameter, routed_blocks
 from hero.model.block import BlockRecord
 
@@ -65,6 +66,8 @@ def per_token_param_skip(records: Sequence[BlockRecord], ffn_params: dict[int, i
 class SkipMeter:
     """Accumulates realized routing statistics over batches, excluding padding.
 
+    The sums are accumulated here; the rates and means are ``hero.statistics``'s (shared with ``analysis``).
+
     Each statistic names what it averages over, because two of them are easily read as the other:
 
     ``param_rate``             mean over non-padding tokens of the per-token parameter skip rate (HERO_SPEC §7),
@@ -117,20 +120,18 @@ class SkipMeter:
         )
         edges = torch.linspace(0.0, ceiling, HISTOGRAM_BINS + 1)
         quantiles = torch.quantile(per_token, torch.tensor(QUANTILES, dtype=torch.float64)) if self.tokens else None
-        n = max(self.tokens, 1)
-        executed_gate = {
-            str(layer): float(s / c) if c else None
-            for layer, s, c in zip(self.layers, self.executed_gate_sums, self.ffn_counts)
-        }
-        calls = self.tokens * len(self.layers)
+        layers = [str(layer) for layer in self.layers]
+        executed = dict(zip(layers, self.ffn_counts.tolist()))
         return {
             "param_rate": self.param_rate,
-            "ffn_execution_rate": float(self.ffn_counts.sum() / calls) if calls else float("nan"),
+            "ffn_execution_rate": statistics.ffn_execution_rate(list(executed.values()), self.tokens),
             "max_param_rate": ceiling,
             "tokens": self.tokens,
-            "per_layer_ffn_rate": {str(layer): float(c / n) for layer, c in zip(self.layers, self.ffn_counts)},
-            "per_layer_mean_gate": {str(layer): float(s / n) for layer, s in zip(self.layers, self.gate_sums)},
-            "per_layer_executed_gate": executed_gate,
+            "per_layer_ffn_rate": statistics.layer_ffn_rates(executed, self.tokens),
+            "per_layer_mean_gate": statistics.layer_mean_gates(dict(zip(layers, self.gate_sums.tolist())), self.tokens),
+            "per_layer_executed_gate": statistics.layer_executed_gates(
+                dict(zip(layers, self.executed_gate_sums.tolist())), executed
+            ),
             "per_token": {
                 "quantiles": {str(q): float(v) for q, v in zip(QUANTILES, quantiles)} if quantiles is not None else {},
                 "histogram": {"edges": edges.tolist(), "counts": counts.tolist()},

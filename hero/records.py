@@ -22,9 +22,10 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
     eval            dict       {task: {metric: value}}
     eval_meta       dict       suite, primary metric per task, lm_eval version, limit, fingerprint, times
     retain          dict       value (x100), baseline (named), tasks, metrics, baseline_source
+                               (``hero.statistics.retain``)
     retain_chance   dict       optional: chance-normalised Retain (x100), (score − chance) / (baseline − chance) per
                                task and averaged, over tasks with a known chance level (the paper suites;
-                               ``hero.evaluation.retain.chance_normalised``): value, baseline, tasks, chance,
+                               ``hero.statistics.chance_normalised``): value, baseline, tasks, chance,
                                per_task, undefined
     train           dict       final_loss, final_lm_loss, final_skip_loss, steps, tokens, train_param_skip, trajectory
                                (per window of trainer.log_every updates: mean loss terms and training-batch

@@ -17,7 +17,7 @@ import hashlib
 from pathlib import Path
 
 from hero.data import collate, load_conversations, tokenize_conversation
-from hero.evaluation import CHANCE, RetainError, chance_normalised, evaluate_suite, retain, suite_fingerprint
+from hero.evaluation import CHANCE, evaluate_suite, suite_fingerprint
 from hero.methods import Prepared
 from hero.model.flops import Shape, net_compute
 from hero.model.intervention import apply_intervention
@@ -25,6 +25,7 @@ from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
 from hero.results import RESULTS_FILENAME, read_record, write_atomic
 from hero.spec import Loaded, RunSpec, SpecError
+from hero.statistics import RetainError, chance_normalised, retain
 
 
 def score(spec: RunSpec, loaded: Loaded, prepared: Prepared, record: RunRecord, baseline: dict | None) -> None:

@@ -595,7 +595,7 @@ def test_report_pushes_tables_to_wandb_offline(records, tmp_path, monkeypatch):
 
 
 def test_benchmark_runs_and_prints_its_figures(capsys):
-    from analysis.bench import main as bench_main
+    from analysis.report_timing import main as bench_main
 
     bench_main(["--records", "84", "--backbones", "2"])
     out = capsys.readouterr().out

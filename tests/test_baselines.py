@@ -529,7 +529,7 @@ def test_analysis_lists_each_baseline_knob_as_a_table1_row_and_a_curve_point(tmp
     """SYNTHETIC records (analysis/synthetic.py): a baseline's knob values are separate groups and one curve."""
     from analysis.curves import curve_points, curves
     from analysis.load import load_runs
-    from analysis.retain import resolve_baselines, with_retain
+    from analysis.reference import resolve_baselines, with_retain
     from analysis.synthetic import RunSpec, make_record
     from analysis.tables import build_table, paper_tables
     from hero.results import RESULTS_FILENAME, write_atomic

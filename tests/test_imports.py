@@ -2,7 +2,8 @@
 
 The floors, lowest first (a module's floor is its longest listed prefix):
 
-    0  errors once results records jsonl bed knobs     plain records, files, the bed interface, the knob table
+    0  errors once results records jsonl bed knobs     plain records, files, the bed interface, the knob table,
+       statistics                                  the statistics a record stores (torch-free, shared with analysis)
     1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
     2  testbed smollm2                                 the beds
     3  backbones methods training update tracking      registries of beds and methods; the loop
@@ -16,11 +17,13 @@ Imports inside functions count too: hiding an upward import in a function is sti
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = {
-    0: ("errors", "once", "results", "records", "jsonl", "bed", "knobs"),
+    0: ("errors", "once", "results", "records", "jsonl", "bed", "knobs", "statistics"),
     1: (
         "model",
         "objectives",
@@ -107,3 +110,13 @@ def test_rescoring_and_the_run_spec_need_no_pipeline():
     for module in ("hero.rescore", "hero.scoring", "hero.spec"):
         assert "hero.pipeline" not in hero_closure(module), module
     assert "hero.pipeline" in hero_closure("hero.calibration.trials")  # the closure does follow imports
+
+
+def test_analysis_and_the_shared_statistics_import_without_torch():
+    """``analysis`` must run where torch is not installed; it shares its formulas through ``hero.statistics``."""
+    modules = ["analysis", "analysis.gates", "analysis.reference", "analysis.two_suites", "hero.statistics"]
+    code = (
+        f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\nprint('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

@@ -3,7 +3,7 @@
 Tables and CSVs, not the PNG plots (their bytes depend on the font and renderer of a machine). A study whose
 report reads more than its own records (other studies' records, options) names the extra arguments of
 ``python -m analysis.report`` in ``report_args`` (one line, paths relative to the repository root). A study that
-compares two suites commits ``two_suites.md``, rebuilt by ``python -m analysis.suites`` with ``two_suites_args``."""
+compares two suites commits ``two_suites.md``, rebuilt by ``python -m analysis.two_suites`` with ``two_suites_args``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.report import main as report_main
-from analysis.suites import main as suites_main
+from analysis.two_suites import main as suites_main
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "docs" / "studies"

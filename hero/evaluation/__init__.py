@@ -1,9 +1,14 @@
-"""Evaluation (HERO_SPEC §7): lm-evaluation-harness suites, Retain against a named baseline, routing statistics."""
+"""Evaluation (HERO_SPEC §7): lm-evaluation-harness suites, Retain against a named baseline, routing statistics.
+
+Retain and chance-normalised Retain are defined in ``hero.statistics`` (torch-free, shared with ``analysis``);
+they are re-exported here with ``CHANCE``, the chance levels of the paper's tasks (``hero.evaluation.paper``).
+"""
 
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError
-from hero.evaluation.retain import CHANCE, RetainError, chance_normalised, retain
+from hero.evaluation.paper import CHANCE
 from hero.evaluation.routing import routing_statistics
 from hero.evaluation.suites import SUITES, TaskSpec, check_config, evaluate_suite, suite_fingerprint, task_specs
+from hero.statistics import RetainError, chance_normalised, retain
 
 __all__ = [
     "CHANCE",

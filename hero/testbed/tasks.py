@@ -323,8 +323,8 @@ def retain(scores: dict[str, dict[str, float]], baseline: dict[str, dict[str, fl
 
     None where a baseline score is 0 (a model at the floor of a task, e.g. the micro recipe's).
     """
-    from hero.evaluation.retain import RetainError
-    from hero.evaluation.retain import retain as retain_against
+    from hero.statistics import RetainError
+    from hero.statistics import retain as retain_against
 
     try:
         return retain_against(

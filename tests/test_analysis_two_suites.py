@@ -1,4 +1,4 @@
-"""analysis.suites: the same runs on two suites, read from committed real records (docs/studies/hero_gap_smollm2:
+"""analysis.two_suites: the same runs on two suites, read from committed real records (docs/studies/hero_gap_smollm2:
 its own-suite records and the runs rescored on the paper suite; docs/studies/paper_suite_smollm2, which shares
 some of those runs)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.suites import compare, main, spearman
+from analysis.two_suites import compare, main, spearman
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "docs" / "studies" / "hero_gap_smollm2"

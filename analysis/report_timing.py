@@ -1,4 +1,4 @@
-"""Benchmark: how long the report takes on many records (``python -m analysis.bench``).
+"""Benchmark: how long the report takes on many records (``python -m analysis.report_timing``).
 
 Writes ``--records`` synthetic records (``analysis.synthetic``, the generator the analysis
 tests use) spread over
@@ -57,7 +57,7 @@ def _timed(fn) -> Timing:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m analysis.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m analysis.report_timing", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=10_000, help="completed records to generate (default: 10000)")
     p.add_argument("--backbones", type=int, default=8, help="backbones to spread them over (default: 8)")
     p.add_argument("--dir", type=Path, help="reuse/keep the records here instead of a temporary directory")

@@ -1,6 +1,6 @@
 """Two suites side by side: do they order the methods alike, and which one separates them for less CPU?
 
-    python -m analysis.suites RECORDS_A RECORDS_B [--reference method=hero] [--out FILE]
+    python -m analysis.two_suites RECORDS_A RECORDS_B [--reference method=hero] [--out FILE]
 
 ``RECORDS_A`` and ``RECORDS_B`` hold the same trained runs scored on two suites (e.g. our own ``eval=smollm2``
 and the paper's ``eval=paper7_cpu``, the second from ``python -m hero.rescore RUN_DIR eval=paper7_cpu``); each
@@ -12,7 +12,7 @@ are matched by their group (``analysis.load.KEYS``) and seed. The Markdown writt
   (``retain_chance``), and the evaluation seconds per run (``eval_meta.wall_time_s``);
 * the rank agreement of the group means (Spearman's ρ over the groups scored on both suites, the baseline
   method left out: its Retain is 100 on both by construction), and the pairs the two suites order differently;
-* against one reference group (``--reference``, a selector as in ``analysis.retain``), for every group with at
+* against one reference group (``--reference``, a selector as in ``analysis.reference``), for every group with at
   least two seeds in common with it on both suites: the paired difference (same seed) mean ± std, the seeds a
   95 % t interval needs to exclude 0 at that difference and std (``analysis.resolution.seeds_needed``), and the
   CPU minutes those seeds cost: 2 runs per seed × (training minutes + that suite's evaluation minutes), the
@@ -29,8 +29,8 @@ from pathlib import Path
 import polars as pl
 
 from analysis.load import KEYS, load_runs
+from analysis.reference import parse_selector
 from analysis.resolution import seeds_needed
-from analysis.retain import parse_selector
 
 BASELINE_METHOD = "dense"
 
@@ -199,7 +199,7 @@ def _resolution(a: pl.DataFrame, b: pl.DataFrame, suite_a: str, suite_b: str, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m analysis.suites", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m analysis.two_suites", description=__doc__.split("\n\n")[0])
     p.add_argument("records_a", help="records scored on the first suite (where the runs trained); DIR[,DIR...]")
     p.add_argument("records_b", help="the same runs rescored on the second suite; DIR[,DIR...]")
     p.add_argument("--reference", default="method=hero", help="selector of the group the others are compared to")

@@ -1,7 +1,8 @@
-"""Retain against a NAMED baseline (HERO_SPEC §7).
+"""The dense reference of Retain: which runs are the NAMED baseline (HERO_SPEC §7), and each run's Retain against it.
 
-For one run: Retain = 100 · mean over the task set of (run score / baseline score).
-It is the mean of per-task ratios, not the ratio of mean scores. The baseline
+For one run: Retain = 100 · mean over the task set of (run score / baseline score),
+``hero.statistics.retain_value`` (the definition the run records use). It is the mean of
+per-task ratios, not the ratio of mean scores. The baseline
 score of a task is the mean over the baseline group's seeds, so the baseline's own
 Retain averages to exactly 100 over its seeds. A table reports Retain as mean ± std
 over each group's seeds.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from analysis.load import ALPHA_DIGITS, KEYS
+from hero.statistics import retain_value
 
 MAX_LISTED = 8
 
@@ -173,9 +175,9 @@ def with_retain(runs: pl.DataFrame, baselines: dict[str, Baseline], column: str 
     """Add ``column``: each run's Retain (×100) against its backbone's baseline; null if a task is missing."""
     parts = []
     for backbone, base in baselines.items():
-        ratios = [pl.col(f"score.{t}") / base.scores[t] for t in base.tasks]
-        retain = (pl.sum_horizontal(ratios) / len(ratios) * 100.0).alias(column)
-        missing = pl.any_horizontal(r.is_null() for r in ratios)
+        ratios = {t: pl.col(f"score.{t}") / base.scores[t] for t in base.tasks}
+        retain = retain_value(ratios, total=pl.sum_horizontal)  # the record's formula (hero.statistics)
+        missing = pl.any_horizontal(r.is_null() for r in ratios.values())
         parts.append(
             runs.filter(pl.col("backbone") == backbone).with_columns(
                 pl.when(missing).then(None).otherwise(retain).alias(column)
