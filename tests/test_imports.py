@@ -10,6 +10,8 @@ The floors, lowest first (a module's floor is its longest listed prefix):
     5  calibration dispatch bench audit                what runs many runs
 
 Imports inside functions count too: hiding an upward import in a function is still an upward import.
+No module of ``hero`` or ``analysis`` reaches itself through its imports, not even through a
+function-local or ``TYPE_CHECKING`` one (within a floor the order is not listed; a circle is refused).
 ``analysis`` reads records and never reaches into ``tests/``.
 """
 
@@ -62,6 +64,56 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
 
 
+def project_modules() -> dict[str, Path]:
+    """Module name -> file of every module of ``hero`` and ``analysis``."""
+    return {module_name(path): path for top in ("hero", "analysis") for path in (REPO / top).rglob("*.py")}
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at any depth (``from p import m`` names the module p.m)."""
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                }
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+        graph[name] = (targets & set(modules)) - {name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each holds an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
 def test_every_hero_module_has_a_floor():
     tops = {p.relative_to(REPO / "hero").parts[0].removesuffix(".py") for p in (REPO / "hero").rglob("*.py")}
     assert sorted(tops - set(FLOOR) - {"__init__", "__main__"}) == []
@@ -85,3 +137,12 @@ def test_analysis_reaches_nothing_in_tests():
     for path in (REPO / "analysis").rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         assert '"tests"' not in text and "tests/" not in text and "import tests" not in text, path
+
+
+def test_no_import_circles():
+    assert import_circles(import_graph(project_modules())) == []
+
+
+def test_import_circles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]

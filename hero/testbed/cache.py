@@ -7,6 +7,9 @@ directory and is renamed into place when complete, so a directory with a
 ``<recipe_hash>.lock`` serialises builders: a second process asking for the same
 testbed waits for the first and then reuses its result.
 
+``hero.testbed.bed.ensure_testbed`` loads the build found or made here as a ``Testbed``;
+this module knows directories only (so it never imports the bed back).
+
 Force a rebuild with ``ensure_testbed(rebuild=True)``, ``python -m hero.testbed --rebuild``,
 ``HERO_TESTBED_REBUILD=1``, or by deleting the directory.
 """
@@ -14,13 +17,11 @@ Force a rebuild with ``ensure_testbed(rebuild=True)``, ``python -m hero.testbed 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 
-from hero.testbed.bed import Testbed
 from hero.testbed.recipe import RECIPE, Recipe, recipe_hash
 
 
@@ -31,19 +32,8 @@ def resolve_cache_root(root: str | Path | None = None) -> Path:
     return Path(os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
 
 
-def _load(directory: Path, key: str) -> Testbed:
-    manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-    return Testbed(
-        root=directory,
-        backbone_dir=directory / "backbone",
-        data_dir=directory / "data",
-        recipe_hash=key,
-        manifest=manifest,
-    )
-
-
-def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE, rebuild: bool = False) -> Testbed:
-    """The testbed of ``recipe``, built (once, under a file lock) if it is not in the cache yet.
+def testbed_directory(cache_root: str | Path | None = None, recipe: Recipe = RECIPE, rebuild: bool = False) -> Path:
+    """The directory of ``recipe``'s build, built (once, under a file lock) if it is not in the cache yet.
 
     With ``rebuild`` the testbed is built anew unless another process finished building
     it while this one waited for the lock.
@@ -55,14 +45,14 @@ def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE
     directory = base / key
     rebuild = rebuild or os.environ.get("HERO_TESTBED_REBUILD", "") not in ("", "0")
     if not rebuild and (directory / "manifest.json").exists():
-        return _load(directory, key)
+        return directory
     base.mkdir(parents=True, exist_ok=True)
     with open(base / f"{key}.lock", "w") as lock:
         asked = time.time()
         fcntl.flock(lock, fcntl.LOCK_EX)
         manifest = directory / "manifest.json"
         if manifest.exists() and (not rebuild or manifest.stat().st_mtime >= asked):
-            return _load(directory, key)
+            return directory
         tmp = base / f"{key}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -75,4 +65,4 @@ def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"[testbed] built {key} in {time.time() - t0:.0f}s", flush=True)
-    return _load(directory, key)
+    return directory
