@@ -11,17 +11,16 @@ testbed waits for the first and then reuses its result.
 this module knows directories only (so it never imports the bed back).
 
 Force a rebuild with ``ensure_testbed(rebuild=True)``, ``python -m hero.testbed --rebuild``,
-``HERO_TESTBED_REBUILD=1``, or by deleting the directory.
+``HERO_TESTBED_REBUILD=1``, or by deleting the directory. The lock, the temporary directory and
+the rebuild rule are ``hero.once.built_once``'s.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
-import time
 from pathlib import Path
 
+from hero.once import built_once
 from hero.testbed.recipe import RECIPE, Recipe, recipe_hash
 
 
@@ -36,33 +35,20 @@ def testbed_directory(cache_root: str | Path | None = None, recipe: Recipe = REC
     """The directory of ``recipe``'s build, built (once, under a file lock) if it is not in the cache yet.
 
     With ``rebuild`` the testbed is built anew unless another process finished building
-    it while this one waited for the lock.
+    it while this one waited for the lock (``hero.once.built_once``).
     """
     from hero.testbed.build import build
 
     key = recipe_hash(recipe)
-    base = resolve_cache_root(cache_root) / "testbed"
-    directory = base / key
+    directory = resolve_cache_root(cache_root) / "testbed" / key
     rebuild = rebuild or os.environ.get("HERO_TESTBED_REBUILD", "") not in ("", "0")
-    if not rebuild and (directory / "manifest.json").exists():
-        return directory
-    base.mkdir(parents=True, exist_ok=True)
-    with open(base / f"{key}.lock", "w") as lock:
-        asked = time.time()
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = directory / "manifest.json"
-        if manifest.exists() and (not rebuild or manifest.stat().st_mtime >= asked):
-            return directory
-        tmp = base / f"{key}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        print(f"[testbed] building {key} into {directory} (minutes on 2 CPU cores, once per recipe)", flush=True)
-        t0 = time.time()
-        try:
-            build(recipe, tmp)
-            shutil.rmtree(directory, ignore_errors=True)
-            tmp.rename(directory)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print(f"[testbed] built {key} in {time.time() - t0:.0f}s", flush=True)
+    built_once(
+        directory,
+        "manifest.json",
+        lambda tmp: build(recipe, tmp),
+        key,
+        "testbed",
+        note="minutes on 2 CPU cores, once per recipe",
+        rebuild=rebuild,
+    )
     return directory
