@@ -1,5 +1,8 @@
 """Cache directories built once: a build goes to a temporary sibling and is renamed into place.
 
+Every cache lives under one root, ``resolve_cache_root``: the ``cache_root`` a caller passes (the
+config's ``paths.cache``), else ``$HERO_CACHE``, else ``~/.cache/hero``.
+
 Parallel jobs asking for the same directory serialise on an exclusive ``fcntl`` lock on
 ``<directory>.lock``; the first builds it, the others wait and reuse it. A directory that
 holds its marker file is always complete, so an interrupted build leaves nothing behind
@@ -17,6 +20,11 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+
+def resolve_cache_root(root: str | Path | None = None) -> Path:
+    """The cache root: ``root``, else ``$HERO_CACHE``, else ``~/.cache/hero`` (an empty value counts as unset)."""
+    return Path(root or os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
 
 
 def built_once(

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ from hero.evaluation import LM_EVAL_VERSION, evaluate_suite, suite_fingerprint
 from hero.jsonl import read_jsonl
 from hero.model import decoder_layers
 from hero.model.drop import drop_routable_ffn
-from hero.once import built_once
+from hero.once import built_once, resolve_cache_root
 from hero.testbed import (
     CHANCE,
     CHANCE_MARGIN,
@@ -148,6 +149,15 @@ def test_concurrent_callers_build_once(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert sum(o.count("[testbed] building") for o in outs) == 1
     assert len({o.split("ROOT")[-1].strip() for o in outs}) == 1
+
+
+def test_one_cache_root_for_every_cache(tmp_path, monkeypatch):
+    """The argument (``paths.cache``), else ``$HERO_CACHE``, else ``~/.cache/hero``; an empty value is unset."""
+    monkeypatch.setenv("HERO_CACHE", str(tmp_path / "env"))
+    assert resolve_cache_root(tmp_path / "arg") == tmp_path / "arg"
+    assert resolve_cache_root() == resolve_cache_root("") == tmp_path / "env"
+    monkeypatch.setenv("HERO_CACHE", "")
+    assert resolve_cache_root(None) == Path.home() / ".cache" / "hero"
 
 
 def test_rebuild_builds_anew_unless_a_build_finished_while_waiting(tmp_path, capsys):

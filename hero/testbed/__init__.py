@@ -10,8 +10,8 @@ Public API (see each module for the what and why):
 Text sources, licences and the task-file formats are documented in ``corpus`` and ``tasks``.
 """
 
+from hero.once import resolve_cache_root
 from hero.testbed.bed import Testbed, ensure_testbed
-from hero.testbed.cache import resolve_cache_root
 from hero.testbed.recipe import RECIPE, TINY_RECIPE, Recipe, recipe_hash
 from hero.testbed.tasks import CHANCE, CHANCE_MARGIN, RETAIN_TASKS, TASK_PRIMARY_METRIC, TASKS, evaluate, retain
 from hero.testbed.tokentypes import TOKEN_TYPES, token_type_batches, token_type_losses

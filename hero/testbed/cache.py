@@ -1,9 +1,9 @@
 """The testbed cache: one built testbed per recipe hash, built once even under parallel jobs.
 
 Location: ``<cache_root>/testbed/<recipe_hash>/`` where ``cache_root`` is the argument,
-else ``$HERO_CACHE``, else ``~/.cache/hero``. A build goes to a temporary sibling
-directory and is renamed into place when complete, so a directory with a
-``manifest.json`` is always a finished build. An exclusive ``fcntl`` lock on
+else ``$HERO_CACHE``, else ``~/.cache/hero`` (``hero.once.resolve_cache_root``). A build goes
+to a temporary sibling directory and is renamed into place when complete, so a directory
+with a ``manifest.json`` is always a finished build. An exclusive ``fcntl`` lock on
 ``<recipe_hash>.lock`` serialises builders: a second process asking for the same
 testbed waits for the first and then reuses its result.
 
@@ -20,15 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hero.once import built_once
+from hero.once import built_once, resolve_cache_root
 from hero.testbed.recipe import RECIPE, Recipe, recipe_hash
-
-
-def resolve_cache_root(root: str | Path | None = None) -> Path:
-    """The cache root: ``root``, else ``$HERO_CACHE``, else ``~/.cache/hero``."""
-    if root is not None:
-        return Path(root).expanduser()
-    return Path(os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
 
 
 def testbed_directory(cache_root: str | Path | None = None, recipe: Recipe = RECIPE, rebuild: bool = False) -> Path:
