@@ -2,7 +2,7 @@
 
 The floors, lowest first (a module's floor is its longest listed prefix):
 
-    0  errors once results records jsonl bed knobs     plain records, files, the bed interface, the knob table
+    0  errors once results records jsonl bed knobs logs   plain records, files, the bed interface, the knob table, logging
     1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
     2  testbed smollm2 baselines                       beds and the baselines' routing policies
     3  backbones methods training update tracking      registries of beds and methods; the loop
@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = {
-    0: ("errors", "once", "results", "records", "jsonl", "bed", "knobs"),
+    0: ("errors", "once", "results", "records", "jsonl", "bed", "knobs", "logs"),
     1: (
         "model",
         "objectives",
