@@ -11,9 +11,9 @@ import optuna
 import polars as pl
 import pytest
 import torch
-from conftest import MICRO_RETAIN, compose_train
+from conftest import MICRO_RETAIN, compose_train, small_llama
 from omegaconf import OmegaConf
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from hero.baselines import random_skip, skipgpt, static_drop
 from hero.baselines.attach import attach_policy
@@ -31,17 +31,7 @@ LAYERS = [0, 1, 2, 3]
 
 def tiny_llama(seed: int = 0, layers: int = 4) -> LlamaForCausalLM:
     """A random Llama (nothing downloaded): 4 layers, hidden 32."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(config).eval()
+    return small_llama(seed, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, max_position_embeddings=64)
 
 
 def tokens(seed: int = 1, batch: int = 4, length: int = 24) -> tuple[torch.Tensor, torch.Tensor]:

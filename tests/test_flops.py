@@ -6,8 +6,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import MICRO_RETAIN, compose_train
-from transformers import LlamaConfig, LlamaForCausalLM
+from conftest import MICRO_RETAIN, compose_train, small_llama_config
+from transformers import LlamaForCausalLM
 
 import hero
 from analysis.compute import markdown, record_net_compute, rows
@@ -17,15 +17,6 @@ from hero.model import RouterConfig, flops
 from hero.pipeline import run
 
 TOY = flops.Shape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10)
-SMALL = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=160,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
 
 
 def test_net_compute_by_hand():
@@ -46,13 +37,13 @@ def test_net_compute_by_hand():
 
 
 def test_model_costs_come_from_the_attached_router_and_adapters():
-    model = hero.attach(LlamaForCausalLM(LlamaConfig(**SMALL)), "second_half")
+    model = hero.attach(LlamaForCausalLM(small_llama_config()), "second_half")
     s = flops.Shape.from_config(model.config)
     config = RouterConfig()
     assert flops.model_router_flops(model, s) == [flops.router_flops(s, config, j, 3) for j in (1, 2, 3)]
     assert flops.model_adapter_dim(model) == config.resolved_adapter_dim(64) == 14
     cfg = compose_train(["method=skipgpt_rt", "method.target_ratio=0.5"])
-    skipgpt = SkipGPTRT().prepare(cfg, LlamaForCausalLM(LlamaConfig(**SMALL)), None, [3, 4, 5], None, 0.0).model
+    skipgpt = SkipGPTRT().prepare(cfg, LlamaForCausalLM(small_llama_config()), None, [3, 4, 5], None, 0.0).model
     assert flops.model_router_flops(skipgpt, s) == [3 * 64 + 2 * 64 * 2 + 2] * 3
     assert flops.model_adapter_dim(skipgpt) is None
 

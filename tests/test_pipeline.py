@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONF, MICRO_RETAIN, REPO, compose_train
+from conftest import CONF, MICRO_RETAIN, REPO, compose_train, small_llama_config
 from omegaconf import OmegaConf
 
 from hero import wandb_offline
@@ -466,8 +466,14 @@ def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
         import transformers
 
         tiny = transformers.LlamaForCausalLM(
-            transformers.LlamaConfig(
-                vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+            small_llama_config(
+                vocab_size=32,
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                max_position_embeddings=2048,  # LlamaConfig's defaults
             )
         )
         lora = with_lora(tiny, cfg.method).base_model.model.model.layers[0].mlp.up_proj
