@@ -12,6 +12,9 @@ from omegaconf import DictConfig
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float:
+    from hero.logs import capture_warnings
+
+    capture_warnings()  # into the run's log file (conf/hydra/job_logging/hero.yaml), not the terminal
     from hero.errors import ConfigError
     from hero.pipeline import discard_run_dir, run
 

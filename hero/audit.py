@@ -175,8 +175,8 @@ def summarize_build(root: Path, hero_seeds) -> dict:
 def _manifest(dense_record: dict) -> dict:
     from omegaconf import OmegaConf
 
+    from hero.once import resolve_cache_root
     from hero.testbed import Testbed
-    from hero.testbed.cache import resolve_cache_root
     from hero.testbed.recipe import recipe_hash
 
     cfg = dense_record["config"]

@@ -38,6 +38,7 @@ from omegaconf import OmegaConf
 
 from hero.errors import ConfigError
 from hero.evaluation import suite_fingerprint
+from hero.logs import logged_to
 from hero.records import RunRecord
 from hero.results import RESULTS_FILENAME, is_completed, read_record_or_none, write_atomic
 from hero.scoring import dense_baseline, score, write_baseline_record
@@ -96,8 +97,15 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     """Score the run in ``run_dir`` on the suite of ``overrides``; returns the new record's path."""
     start = time.time()
     run_dir = Path(run_dir)
-    source = run_dir / RESULTS_FILENAME
     record, spec = _checked(run_dir, overrides)
+    out = rescored_path(run_dir, spec)
+    with logged_to(out.parent / "rescore.log"):
+        return _rescore(run_dir, record, spec, out, start)
+
+
+def _rescore(run_dir: Path, record: dict, spec: RunSpec, out: Path, start: float) -> Path:
+    """``rescore`` once the run is checked; what libraries log goes to ``rescore.log`` beside the new record."""
+    source = run_dir / RESULTS_FILENAME
     set_threads(spec.trainer)
     loaded = spec.load()
     baseline = dense_baseline(spec, loaded)
@@ -130,7 +138,7 @@ def rescore(run_dir: str | Path, overrides: list[str]) -> Path:
     if baseline is not None:
         write_baseline_record(spec, loaded, baseline, new.eval_meta, run_dir / "rescored")
     new.wall_time_s = time.time() - start
-    return new.write(rescored_path(run_dir, spec))
+    return new.write(out)
 
 
 def copy_into(path: Path, run_dir: Path, into: Path) -> Path:

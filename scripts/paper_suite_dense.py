@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from hero.evaluation import CHANCE, evaluate_suite
 from hero.evaluation.paper import data_source
-from hero.once import built_once
+from hero.once import built_once, resolve_cache_root
 from hero.results import git_commit, now_iso
 from hero.smollm2.convert import convert, file_sha256, gguf_path
 
@@ -30,8 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def backbone_dir() -> Path:
     source = gguf_path()
-    cache = Path.home() / ".cache" / "hero"
-    directory = cache / "smollm2" / file_sha256(source)[:12] / "backbone"
+    directory = resolve_cache_root() / "smollm2" / file_sha256(source)[:12] / "backbone"
     built_once(directory, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "smollm2")
     return directory
 

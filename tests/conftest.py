@@ -1,4 +1,4 @@
-"""Shared fixtures: composing the real Hydra configs and a seconds-to-build micro testbed."""
+"""Shared fixtures: composing the real Hydra configs, a seconds-to-build micro testbed, small random Llamas."""
 
 from __future__ import annotations
 
@@ -42,6 +42,54 @@ def pytest_collection_modifyitems(items):
 def micro_cache(tmp_path_factory) -> Path:
     """One cache root per test session holding the micro testbed (built on first use, ~20 s)."""
     return tmp_path_factory.mktemp("hero-cache")
+
+
+# A random-weight Llama small enough for a unit test (nothing downloaded): six layers of width 64, so
+# ``second_half`` routes layers 3-5. Tests that need another shape pass keyword overrides of these sizes.
+SMALL = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=160,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+)
+
+
+def small_llama_config(**overrides):
+    """``LlamaConfig`` of ``SMALL`` with ``overrides`` (any ``LlamaConfig`` field)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**{**SMALL, **overrides})
+
+
+def small_llama(seed: int = 0, **overrides):
+    """A ``LlamaForCausalLM`` of ``small_llama_config(**overrides)``, weights drawn after ``torch.manual_seed(seed)``,
+    in eval mode."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(small_llama_config(**overrides)).eval()
+
+
+def trained_looking(seed: int = 0):
+    """``small_llama`` with HeRo on ``second_half``, its router putting gates on both sides of τ and its adapters
+    non-zero (as after training; the initialisation puts every gate above τ and the adapters at zero)."""
+    import torch
+
+    import hero
+
+    model = hero.attach(small_llama(seed), "second_half")
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and not name.endswith(".eta"):
+                p.copy_(torch.randn(p.shape, generator=gen) / max(1, p.shape[-1]) ** 0.5)
+        for head in (model.hero_router.local_head, model.hero_router.history_head):
+            head[2].bias.zero_()
+    return model
 
 
 # The micro backbone is at chance on fact_select (often 0 of its few items, so Retain is undefined there):

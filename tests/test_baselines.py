@@ -12,8 +12,8 @@ import optuna
 import polars as pl
 import pytest
 import torch
-from conftest import MICRO_RETAIN, compose_train
-from transformers import LlamaConfig, LlamaForCausalLM
+from conftest import MICRO_RETAIN, compose_train, small_llama
+from transformers import LlamaForCausalLM
 
 from hero.calibration.sampler import SKIP_ATTR, TARGET_ATTR, MonotoneSampler
 from hero.errors import ConfigError
@@ -32,17 +32,7 @@ LAYERS = [0, 1, 2, 3]
 
 def tiny_llama(seed: int = 0, layers: int = 4) -> LlamaForCausalLM:
     """A random Llama (nothing downloaded): 4 layers, hidden 32."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(config).eval()
+    return small_llama(seed, hidden_size=32, intermediate_size=64, num_hidden_layers=layers, max_position_embeddings=64)
 
 
 def tokens(seed: int = 1, batch: int = 4, length: int = 24) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from conftest import SMALL, small_llama, small_llama_config, trained_looking
 
 import hero
 import hero.model.block as block_module
@@ -23,30 +23,6 @@ from hero.model.block import RoutedDecoderLayer
 from hero.model.config import RouterConfig
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=160,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
-
-
-def small_routed(seed: int = 0):
-    torch.manual_seed(seed)
-    model = hero.attach(LlamaForCausalLM(LlamaConfig(**SMALL)).eval(), "second_half")
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():  # trained-looking router and adapters: gates on both sides of tau, adapters non-zero
-        for name, p in model.named_parameters():
-            if p.requires_grad and not name.endswith(".eta"):
-                p.copy_(torch.randn(p.shape, generator=gen) / max(1, p.shape[-1]) ** 0.5)
-        for head in (model.hero_router.local_head, model.hero_router.history_head):
-            head[2].bias.zero_()
-    return model
-
-
 # ---------------------------------------------------------------------------------------------- FLOP model
 TOY = flops.Shape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10)
 TOY_ROUTER = RouterConfig(memory_dim=4, content_dim=3, path_dim=2, content_hidden=5, path_hidden=3, head_hidden=6)
@@ -131,7 +107,7 @@ def test_bytes_model_by_hand():
 
 
 def test_shape_from_llama_config():
-    s = flops.Shape.from_config(LlamaConfig(**SMALL))
+    s = flops.Shape.from_config(small_llama_config())
     assert (s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.vocab) == (64, 6, 4, 2, 16, 160, 97)
 
 
@@ -165,7 +141,7 @@ def test_forced_policy_table_is_the_weyl_sequence():
 
 
 def test_forced_policy_in_the_model_realises_the_skip_fraction():
-    model = small_routed()
+    model = trained_looking()
     policy = ForcedSkip(0.6)
     count = SkipCount([3, 4, 5], ffn_params=1, total_params=10)
     ids = torch.randint(0, SMALL["vocab_size"], (4, 50))
@@ -189,7 +165,7 @@ def masked_single_branch(hbar, u, gate, executed, ffn, adapter):
 
 @pytest.mark.parametrize("policy", [None, 0.5, 0.0, 1.0])
 def test_fast_path_equals_masked_reference(monkeypatch, policy):
-    model = small_routed()
+    model = trained_looking()
     ids = torch.randint(0, SMALL["vocab_size"], (3, 17), generator=torch.Generator().manual_seed(5))
     mask = torch.ones_like(ids)
     mask[1, :4] = 0
@@ -239,7 +215,7 @@ def run_both_paths(model, ids, mask, policy, steps: int):
 def check_inference_path_equals_reference(batch: int, policy: float | None) -> None:
     """The body of the test below, run in a child process (see there)."""
     block_module.GEMM_MIN_ROWS = 1
-    model = small_routed()
+    model = trained_looking()
     gen = torch.Generator().manual_seed(batch)
     ids = torch.randint(0, SMALL["vocab_size"], (batch, 7), generator=gen)
     mask = torch.ones_like(ids)
@@ -273,7 +249,7 @@ def test_inference_path_equals_reference_bit_for_bit(batch, policy):
 
 def test_ffn_padding_changes_the_kernel_not_the_math():
     """2–3 FFN rows of ≥ 4 are multiplied in a 4-row product (the padding rows' outputs dropped)."""
-    model = small_routed()
+    model = trained_looking()
     ids = torch.randint(0, SMALL["vocab_size"], (6, 4), generator=torch.Generator().manual_seed(2))
     seen, expected = [], []
     hooks = [
@@ -299,7 +275,7 @@ def test_ffn_padding_changes_the_kernel_not_the_math():
 
 
 def test_greedy_generation_identical_with_and_without_cache():
-    model = small_routed()
+    model = trained_looking()
     ids = torch.randint(0, SMALL["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(3))
     kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(ids))
     with torch.no_grad():
@@ -324,8 +300,7 @@ def test_cpu_peak_memory_counts_live_tensors():
 
 
 def test_routed_twin_shares_the_backbone():
-    torch.manual_seed(0)
-    dense = LlamaForCausalLM(LlamaConfig(**SMALL)).eval()
+    dense = small_llama(0)
     for p in dense.parameters():
         p.requires_grad_(False)
     ids = torch.randint(0, SMALL["vocab_size"], (1, 9))

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import compose_train
-from test_core import SMALL, batch_with_padding, small_llama, spread_gates
+from conftest import SMALL, compose_train, small_llama
+from test_core import batch_with_padding, spread_gates
 
 import hero
 from hero.model.config import RouterConfig

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import SMALL, small_llama, small_llama_config
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -21,21 +22,6 @@ from transformers import (
 import hero
 from hero.model import TRACE_FIELDS, HeRoConfigError, RouterConfig, resolve_layers
 from hero.objectives import SkipMeter, prediction_positions, skip_loss
-
-SMALL = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=160,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
-
-
-def small_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(**SMALL)).eval()
 
 
 def spread_gates(model, seed: int = 1, scale: float = 0.5) -> None:
@@ -485,9 +471,8 @@ def test_load_onto_wrong_backbone_or_layer_set_fails(tmp_path, routed):
     hero.save_router(routed, tmp_path)
     with pytest.raises(HeRoConfigError, match="different backbone.*weights_sha256"):
         hero.load_router(small_llama(seed=5), tmp_path)
-    other = dict(SMALL, num_hidden_layers=8)
     with pytest.raises(HeRoConfigError, match="num_layers"):
-        hero.load_router(LlamaForCausalLM(LlamaConfig(**other)), tmp_path)
+        hero.load_router(LlamaForCausalLM(small_llama_config(num_hidden_layers=8)), tmp_path)
     with pytest.raises(HeRoConfigError, match="routes layers"):
         hero.load_router(hero.attach(small_llama(), [1, 2]), tmp_path)
 

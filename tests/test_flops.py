@@ -6,8 +6,8 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import MICRO_RETAIN, compose_train
-from transformers import LlamaConfig, LlamaForCausalLM
+from conftest import MICRO_RETAIN, compose_train, small_llama_config
+from transformers import LlamaForCausalLM
 
 from analysis.compute import markdown, record_net_compute, rows
 from analysis.report import build_parser, run_report
@@ -16,15 +16,6 @@ from hero.pipeline import run
 from hero.spec import RunSpec
 
 TOY = flops.Shape(hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10)
-SMALL = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=160,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
 
 
 def test_net_compute_by_hand():
@@ -46,10 +37,10 @@ def test_net_compute_by_hand():
 
 def test_each_method_states_the_cost_of_the_router_and_adapters_it_attaches():
     """``Method.compute_cost`` reads the resolved config; the widths it charges are the ones the model was built with."""
-    s = flops.Shape.from_config(LlamaConfig(**SMALL))
+    s = flops.Shape.from_config(small_llama_config())
     for overrides in ([], ["ablation=param_matched_local"]):
         spec = RunSpec.resolve(compose_train(["layers=explicit", "layers.indices=[3,4,5]", *overrides]))
-        model = spec.method.prepare(spec, LlamaForCausalLM(LlamaConfig(**SMALL)), None, [3, 4, 5], None).model
+        model = spec.method.prepare(spec, LlamaForCausalLM(small_llama_config()), None, [3, 4, 5], None).model
         built = model.hero_router.config  # local_head_hidden="matched" resolved to a width by the router
         router, adapter = spec.method.compute_cost(spec.resolved, s, 3)
         assert router == [flops.router_flops(s, built, j, 3) for j in (1, 2, 3)]
@@ -58,7 +49,7 @@ def test_each_method_states_the_cost_of_the_router_and_adapters_it_attaches():
         spec = RunSpec.resolve(
             compose_train(["method=skipgpt_rt", "method.target_ratio=0.5", f"method.router={router_option}"])
         )
-        model = spec.method.prepare(spec, LlamaForCausalLM(LlamaConfig(**SMALL)), None, [3, 4, 5], None).model
+        model = spec.method.prepare(spec, LlamaForCausalLM(small_llama_config()), None, [3, 4, 5], None).model
         if hidden is not None:
             assert model.hero_router.routers[0].hidden.out_features == hidden
         assert spec.method.compute_cost(spec.resolved, s, 3) == ([flops.skipgpt_router_flops(s, hidden)] * 3, None)

@@ -2,8 +2,8 @@
 
 The floors, lowest first (a module's floor is its longest listed prefix):
 
-    0  errors once results records jsonl bed knobs     plain records, files, the bed interface, the knob table,
-       statistics                                  the statistics a record stores (torch-free, shared with analysis)
+    0  errors once results records jsonl bed knobs   plain records, files, the bed interface, the knob table,
+       statistics logs                             the statistics a record stores (torch-free, shared with analysis), logging
     1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
     2  testbed smollm2                                 the beds
     3  backbones methods training update tracking      registries of beds and methods; the loop
@@ -11,6 +11,8 @@ The floors, lowest first (a module's floor is its longest listed prefix):
     5  calibration dispatch bench audit                what runs many runs
 
 Imports inside functions count too: hiding an upward import in a function is still an upward import.
+No module of ``hero`` or ``analysis`` reaches itself through its imports, not even through a
+function-local or ``TYPE_CHECKING`` one (within a floor the order is not listed; a circle is refused).
 ``analysis`` reads records and never reaches into ``tests/``.
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = {
-    0: ("errors", "once", "results", "records", "jsonl", "bed", "knobs", "statistics"),
+    0: ("errors", "once", "results", "records", "jsonl", "bed", "knobs", "statistics", "logs"),
     1: (
         "model",
         "objectives",
@@ -63,6 +65,56 @@ def imports(path: Path) -> list[tuple[int, str]]:
 
 def module_name(path: Path) -> str:
     return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def project_modules() -> dict[str, Path]:
+    """Module name -> file of every module of ``hero`` and ``analysis``."""
+    return {module_name(path): path for top in ("hero", "analysis") for path in (REPO / top).rglob("*.py")}
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at any depth (``from p import m`` names the module p.m)."""
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                }
+            elif isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+        graph[name] = (targets & set(modules)) - {name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan): each holds an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
 
 
 def test_every_hero_module_has_a_floor():
@@ -120,3 +172,12 @@ def test_analysis_and_the_shared_statistics_import_without_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+def test_no_import_circles():
+    assert import_circles(import_graph(project_modules())) == []
+
+
+def test_import_circles_are_found():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]

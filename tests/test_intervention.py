@@ -6,9 +6,8 @@ import json
 
 import pytest
 import torch
-from conftest import MICRO_RETAIN, compose_train
+from conftest import MICRO_RETAIN, SMALL, compose_train, trained_looking
 from omegaconf import OmegaConf
-from transformers import LlamaConfig, LlamaForCausalLM
 
 import hero
 from hero.errors import ConfigError
@@ -17,30 +16,6 @@ from hero.pipeline import run
 from hero.rescore import rescore
 from hero.results import config_hash
 from hero.spec import check
-
-SMALL = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=160,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-)
-
-
-def trained_looking(seed: int = 0):
-    """A small routed Llama whose router puts gates on both sides of τ and whose adapters are non-zero."""
-    torch.manual_seed(seed)
-    model = hero.attach(LlamaForCausalLM(LlamaConfig(**SMALL)).eval(), "second_half")
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.requires_grad and not name.endswith(".eta"):
-                p.copy_(torch.randn(p.shape, generator=gen) / max(1, p.shape[-1]) ** 0.5)
-        for head in (model.hero_router.local_head, model.hero_router.history_head):
-            head[2].bias.zero_()
-    return model
 
 
 def batch(seed: int = 2):

@@ -179,12 +179,11 @@ def smollm2():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hero.once import built_once
+    from hero.once import built_once, resolve_cache_root
     from hero.smollm2.convert import convert, file_sha256, gguf_path
 
     source = gguf_path()
-    cache = Path(os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
-    directory = cache / "smollm2" / file_sha256(source)[:12] / "backbone"
+    directory = resolve_cache_root() / "smollm2" / file_sha256(source)[:12] / "backbone"
     built_once(directory, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "test")
     torch.set_num_threads(1)
     return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONF, MICRO_RETAIN, REPO, compose_train
+from conftest import CONF, MICRO_RETAIN, REPO, compose_train, small_llama_config
 from omegaconf import OmegaConf
 
 from hero import wandb_offline
@@ -360,6 +360,27 @@ def test_relaunch_of_a_finished_config_leaves_no_second_run_directory(micro_cach
     assert len(list(tmp_path.rglob(".hydra"))) == 1 and len(list(tmp_path.rglob("results.json"))) == 1
 
 
+def test_the_terminal_shows_our_own_lines_and_the_log_file_the_libraries(micro_cache, tmp_path):
+    """lm-eval's warnings ("Custom kwargs can be passed to `--metadata`", ...) go to <run dir>/train.log only."""
+    args = [
+        "model.recipe=micro",
+        f"paths.cache={micro_cache}",
+        f"paths.root={tmp_path}",
+        "logger=none",
+        "eval.limit=4",
+        "trainer.max_steps=1",
+        "trainer.global_batch=2",
+        "trainer.micro_batch=2",
+        "trainer.progress=false",
+    ]
+    proc = _train_cli(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    terminal = proc.stdout + proc.stderr
+    assert "[lm_eval" not in terminal and "Custom kwargs" not in terminal and "HeRo run" in terminal
+    (log,) = tmp_path.rglob("train.log")
+    assert "[lm_eval.api.task][WARNING] - hero_tiny_fact_recall: Custom kwargs can be passed" in log.read_text()
+
+
 def test_unknown_group_option_fails_before_loading(tmp_path):
     proc = _train_cli(["ablation=no_such_thing", f"paths.root={tmp_path}"], tmp_path)
     assert proc.returncode != 0
@@ -461,8 +482,14 @@ def test_lora_rank_is_the_backbones_and_scaling_is_two(model, rank):
         import transformers
 
         tiny = transformers.LlamaForCausalLM(
-            transformers.LlamaConfig(
-                vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
+            small_llama_config(
+                vocab_size=32,
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+                max_position_embeddings=2048,  # LlamaConfig's defaults
             )
         )
         lora = with_lora(tiny, dict(cfg.method)).base_model.model.model.layers[0].mlp.up_proj

@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from conftest import small_llama
 
 from hero.smollm2 import MICRO_RECIPE, knowledge, prompts, tasks
 from hero.smollm2.convert import gguf_path
@@ -161,19 +162,14 @@ def test_token_classes_cover_words_punctuation_and_answers():
 
 def test_agreement_items_reproduce_the_token_ids_and_the_dense_distribution(tokenizer):
     """With a small random Llama over the SmolLM2 vocabulary: what lm-eval will encode is what the 'dense' model saw."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-    ).eval()
+    model = small_llama(
+        0,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        max_position_embeddings=2048,  # LlamaConfig's default
+    )
     plays = read_plays(MICRO_RECIPE.heldout_plays)
     chunks = tasks.text_chunks(tokenizer, plays, 4, 48, seed=0)
     assert all(40 <= len(tokenizer(c["text"])["input_ids"]) <= 120 for c in chunks)

@@ -7,11 +7,15 @@ Fast tests use ``TINY_RECIPE`` built into a temporary cache root (seconds). Test
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import math
 import os
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +25,7 @@ from hero.evaluation import LM_EVAL_VERSION, evaluate_suite, suite_fingerprint
 from hero.jsonl import read_jsonl
 from hero.model import decoder_layers
 from hero.model.drop import drop_routable_ffn
+from hero.once import built_once, resolve_cache_root
 from hero.testbed import (
     CHANCE,
     CHANCE_MARGIN,
@@ -144,6 +149,44 @@ def test_concurrent_callers_build_once(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert sum(o.count("[testbed] building") for o in outs) == 1
     assert len({o.split("ROOT")[-1].strip() for o in outs}) == 1
+
+
+def test_one_cache_root_for_every_cache(tmp_path, monkeypatch):
+    """The argument (``paths.cache``), else ``$HERO_CACHE``, else ``~/.cache/hero``; an empty value is unset."""
+    monkeypatch.setenv("HERO_CACHE", str(tmp_path / "env"))
+    assert resolve_cache_root(tmp_path / "arg") == tmp_path / "arg"
+    assert resolve_cache_root() == resolve_cache_root("") == tmp_path / "env"
+    monkeypatch.setenv("HERO_CACHE", "")
+    assert resolve_cache_root(None) == Path.home() / ".cache" / "hero"
+
+
+def test_rebuild_builds_anew_unless_a_build_finished_while_waiting(tmp_path, capsys):
+    """``ensure_testbed(rebuild=True)``'s rule, in ``hero.once.built_once`` (no testbed built: a stub build)."""
+    directory, builds = tmp_path / "testbed" / "key", []
+
+    def build(tmp):
+        builds.append(tmp)
+        (tmp / "manifest.json").write_text("{}")
+
+    built_once(directory, "manifest.json", build, "key", "testbed", note="minutes, once per recipe")
+    built_once(directory, "manifest.json", build, "key", "testbed")
+    assert len(builds) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"[testbed] building key into {directory} (minutes, once per recipe)"
+    )
+    built_once(directory, "manifest.json", build, "key", "testbed", rebuild=True)
+    assert len(builds) == 2
+    # Another process holds the lock and finishes a build while this one waits: that build is reused.
+    with open(tmp_path / "testbed" / "key.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(
+            target=built_once, args=(directory, "manifest.json", build, "key", "testbed", "once", True)
+        )
+        waiter.start()
+        time.sleep(0.5)
+        (directory / "manifest.json").write_text("{}")
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and len(builds) == 2
 
 
 def test_drop_routable_ffn_zeroes_and_restores(tiny):

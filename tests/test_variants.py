@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from conftest import MICRO_RETAIN, compose_train
+from conftest import MICRO_RETAIN, SMALL, compose_train, small_llama_config
 from omegaconf import OmegaConf
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 import hero
 from hero.errors import ConfigError
@@ -19,20 +19,12 @@ from hero.results import config_hash
 from hero.spec import check
 from hero.training import alpha_schedule, fit
 
-SMALL = dict(
-    vocab_size=97,
-    hidden_size=64,
-    intermediate_size=160,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=64,
-)
+SHAPE = dict(num_hidden_layers=4, max_position_embeddings=64)  # conftest.SMALL, four layers
 
 
 def small(config: RouterConfig | None = None):
     torch.manual_seed(0)
-    return hero.attach(LlamaForCausalLM(LlamaConfig(**SMALL)), "second_half", config=config or RouterConfig())
+    return hero.attach(LlamaForCausalLM(small_llama_config(**SHAPE)), "second_half", config=config or RouterConfig())
 
 
 class Items:

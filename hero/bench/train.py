@@ -372,12 +372,11 @@ def _positions(items, pad_waste: float) -> tuple[int, int]:
 
 def _backbone_only(cache) -> Path:
     """The converted SmolLM2 backbone (built once under the lock), without the sampled data."""
-    from hero.once import built_once
-    from hero.smollm2.bed import _resolve_root
+    from hero.once import built_once, resolve_cache_root
     from hero.smollm2.convert import convert, file_sha256, gguf_path
 
     source = gguf_path()
-    backbone_dir = _resolve_root(cache) / "smollm2" / file_sha256(source)[:12] / "backbone"
+    backbone_dir = resolve_cache_root(cache) / "smollm2" / file_sha256(source)[:12] / "backbone"
     built_once(
         backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "smollm2"
     )

@@ -50,10 +50,6 @@ HEARTBEAT_ATTR = "heartbeat"
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 
 
-class CalibrationFailed(ConfigError):
-    """A study ended without reaching its tolerance; the message says what it reached."""
-
-
 @dataclass
 class Plan:
     """One study: a variant's config at one target skip rate."""

@@ -93,9 +93,11 @@ def trial_config(cfg: DictConfig, alpha: float, study: str, steps: int, target: 
 
 def run_trial(config: dict, run_dir: str) -> dict:
     """Train one trial and return its realized skip rate (runs wherever the executor put it)."""
+    from hero.logs import logged_to
     from hero.pipeline import run
 
-    skip = run(OmegaConf.create(config), run_dir=run_dir)
+    with logged_to(Path(run_dir) / "train.log"):  # what libraries log goes there, not to the terminal
+        skip = run(OmegaConf.create(config), run_dir=run_dir)
     record = Path(run_dir) / RESULTS_FILENAME
     return {"skip": skip, "record": str(record) if record.is_file() else None}
 

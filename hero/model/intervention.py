@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from hero.model.attach import routed_blocks
 from hero.model.config import HeRoConfigError
 
 OPTIONS = ("force_execute", "unscaled", "identity_adapter")
@@ -94,20 +93,32 @@ class Intervention:
             )
 
 
+def _routing_context(model: nn.Module):
+    """The ``RoutingContext`` the routed blocks of ``model`` share, which holds the intervention.
+
+    Read from ``model.hero_context`` (set by ``hero.attach`` and the baselines' attach) rather than
+    from the blocks, so this module needs nothing from ``attach`` or ``block``: the block reads
+    ``Intervention``, and an import back would close a circle.
+    """
+    if not hasattr(model, "hero_router"):
+        raise HeRoConfigError(f"{type(model).__name__} has no HeRo attached; call hero.attach first")
+    return model.hero_context
+
+
 def apply_intervention(model: nn.Module, intervention: Intervention | None) -> None:
     """Set (or with None / an inactive one, clear) the intervention of every routed block of ``model``."""
-    blocks = routed_blocks(model)
+    context = _routing_context(model)
     if intervention is not None and intervention.active:
-        intervention.check_layers([block.layer for block in blocks])
-        blocks[0].context.intervention = intervention
+        intervention.check_layers(model.hero_layers)
+        context.intervention = intervention
     else:
-        blocks[0].context.intervention = None
+        context.intervention = None
 
 
 @contextmanager
 def intervened(model: nn.Module, intervention: Intervention) -> Iterator[None]:
     """``apply_intervention`` for the duration of a ``with`` block; the previous state comes back after."""
-    context = routed_blocks(model)[0].context
+    context = _routing_context(model)
     previous = context.intervention
     apply_intervention(model, intervention)
     try:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch
 from hero.data import sampled
 from hero.data.sft import read_conversations
 from hero.errors import ConfigError
-from hero.once import built_once
+from hero.once import built_once, resolve_cache_root
 from hero.smollm2 import data as sft
 from hero.smollm2 import knowledge, more_prompts, prompts, tasks
 from hero.smollm2.convert import convert, file_sha256, gguf_path
@@ -170,15 +169,11 @@ def data_hash(recipe: DataRecipe) -> str:
     return digest.hexdigest()[:12]
 
 
-def _resolve_root(cache_root) -> Path:
-    return Path(cache_root or os.environ.get("HERO_CACHE") or Path.home() / ".cache" / "hero").expanduser()
-
-
 def ensure_smollm2(cache_root: str | Path | None = None, recipe: DataRecipe = RECIPE) -> SmolLM2Bed:
     """The bed (backbone converted from the wheel's GGUF file, data and tasks), built once per GGUF hash × recipe."""
     source = gguf_path()
     sha = file_sha256(source)
-    root = _resolve_root(cache_root) / "smollm2" / sha[:12]
+    root = resolve_cache_root(cache_root) / "smollm2" / sha[:12]
     backbone_dir = root / "backbone"
     built_once(
         backbone_dir, "gguf.json", lambda tmp: convert(tmp, source), "the backbone (de-quantising Q4_1)", "smollm2"

@@ -1,12 +1,14 @@
 """The embedded testbed as a bed (``hero.bed.Bed``): its backbone, SFT data, ``tiny`` suite and token types.
 
 ``model=tiny`` (``source: testbed``) selects it; ``model.recipe`` (``full`` or ``micro``) and
-``model.recipe_seed`` choose the build, which ``hero.testbed.cache`` makes once per recipe hash.
+``model.recipe_seed`` choose the build, which ``hero.testbed.cache`` makes once per recipe hash
+and ``ensure_testbed`` loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import torch
 
 from hero.data.sft import DataError, read_conversations
 from hero.errors import ConfigError
+from hero.testbed.cache import testbed_directory
 from hero.testbed.recipe import RECIPE, TINY_RECIPE, Recipe
 from hero.testbed.sft import ensure_sampled
 from hero.testbed.suite import task_manager, write_task_data
@@ -71,9 +74,19 @@ class Testbed:
             raise DataError(f"data.responses={data_cfg.get('responses')!r}: allowed values are {', '.join(RESPONSES)}")
 
     @classmethod
-    def ensure(cls, model_cfg, cache_root: str | Path | None = None) -> Testbed:
-        from hero.testbed.cache import ensure_testbed
+    def load(cls, directory: Path) -> Testbed:
+        """The finished build in ``directory`` (``<cache_root>/testbed/<recipe_hash>/``)."""
+        manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        return cls(
+            root=directory,
+            backbone_dir=directory / "backbone",
+            data_dir=directory / "data",
+            recipe_hash=directory.name,
+            manifest=manifest,
+        )
 
+    @classmethod
+    def ensure(cls, model_cfg, cache_root: str | Path | None = None) -> Testbed:
         return ensure_testbed(cache_root, recipe=cls.recipe_of(model_cfg))
 
     def provenance(self) -> dict:
@@ -104,3 +117,12 @@ class Testbed:
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(self.backbone_dir)
+
+
+def ensure_testbed(cache_root: str | Path | None = None, recipe: Recipe = RECIPE, rebuild: bool = False) -> Testbed:
+    """The testbed of ``recipe``, built (once, under a file lock) if it is not in the cache yet.
+
+    With ``rebuild`` the testbed is built anew unless another process finished building
+    it while this one waited for the lock (``hero.testbed.cache``).
+    """
+    return Testbed.load(testbed_directory(cache_root, recipe, rebuild))
