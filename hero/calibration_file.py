@@ -1,6 +1,6 @@
 """The calibration file: (backbone, layer set, variant, target skip) → α, and how it was found.
 
-A baseline method's entry holds its cost knob instead of α (``"knob": "p", "value": 0.31``;
+A Table 1 method's entry holds its cost knob instead of α (``"knob": "p", "value": 0.31``;
 ``hero.knobs``), read by ``train.py method=random_skip method.p=calibrated …``. Each lookup names
 the config key of the knob it reads (``knob_key``: ``"alpha"`` or e.g. ``"method.p"``), so this
 module needs nothing above it. ``resolved_config`` is the config a run records and hashes, with the
@@ -73,8 +73,8 @@ def target_key(target: float) -> float:
 
 
 def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
-    """What besides the knob (``knob_key``: α, or a baseline's ``method.<knob>``), seed and length moves the
-    knob → skip response of a run; HeRo's method is its name, a baseline's its other options."""
+    """What besides the knob (``knob_key``: α, or a Table 1 method's ``method.<knob>``), seed and length moves the
+    knob → skip response of a run; HeRo's method is its name, a Table 1 method's its other options."""
     trainer = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if k not in TRAINER_RUN_KEYS}
     method = cfg.method.name
     if knob_key != "alpha":
@@ -208,7 +208,7 @@ def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
 
 
 def knob_setting(cfg: DictConfig) -> KnobSetting | None:
-    """The run's cost knob (α for HeRo, a baseline's ``method.<knob>``) with its value, read from the calibration
+    """The run's cost knob (α for HeRo, a Table 1 method's ``method.<knob>``) with its value, read from the calibration
     file once when the config says ``calibrated``; None for a method whose skip rate nothing moves."""
     knob = knob_of(cfg.method.name)
     if knob is None:
@@ -226,7 +226,7 @@ def calibrated_alpha(cfg: DictConfig) -> float:
 
 
 def resolved_config(cfg: DictConfig, knob: KnobSetting | None = None) -> dict:
-    """The config a run records and hashes: resolved, with α and a baseline's cost knob as numbers (read
+    """The config a run records and hashes: resolved, with α and a Table 1 method's cost knob as numbers (read
     from the calibration file when ``calibrated``, unless ``knob`` is the setting already read), so that a
     calibrated run has the hash of its value."""
     resolved = OmegaConf.to_container(cfg, resolve=True)

@@ -1,4 +1,4 @@
-"""The knob each method's cost is set by: α for HeRo, each baseline's own cost knob.
+"""The knob each method's cost is set by: α for HeRo, each Table 1 method's own cost knob.
 
 One table, read by the methods (``method.<knob>=calibrated``), the calibration search
 (``hero.calibration.search_space``), the record names of a study (``hero.dispatch.manifests``) and

@@ -193,7 +193,7 @@ def kept_outcome(plan: Plan, tolerance: float) -> Outcome | None:
 
 
 def summary(outcomes, tolerance: float) -> str:
-    """A table: variant, target, α (or the baseline's knob), the seed it was calibrated at, realized skip,
+    """A table: variant, target, α (or a Table 1 method's knob), the seed it was calibrated at, realized skip,
     deviation, trials, status.
 
     The α holds at that seed; other seeds land beside the target (the matched sweep's records and

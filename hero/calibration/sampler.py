@@ -1,6 +1,6 @@
 """``MonotoneSampler``: an Optuna sampler for a response that rises with its one parameter.
 
-Calibration searches the α (or a baseline's cost knob, ``hero.calibration.search_space``) at which
+Calibration searches the α (or a Table 1 method's cost knob, ``hero.calibration.search_space``) at which
 the realized skip rate hits a target. The skip rate rises with it, so the search is root
 finding, not black-box optimisation. The sampler works in x = log10 α (a log-scale
 parameter) or x = the value (a linear one; an integer parameter is rounded) and reads the realized skip rate that each finished trial stored

@@ -1,8 +1,8 @@
-"""How calibration searches each method's knob (``hero.knobs``: α for HeRo, each baseline's cost knob).
+"""How calibration searches each method's knob (``hero.knobs``: α for HeRo, each Table 1 method's cost knob).
 
 Every knob moves the realized parameter skip rate monotonically (up to training noise), so
 ``MonotoneSampler`` searches each the same way, in x = log10 α for HeRo and x = the value for
-the baselines (an integer for ``static_drop``'s k):
+the Table 1 methods (an integer for ``static_drop``'s k):
 
     method        knob           config key            range                         first trial
     hero          alpha          alpha                 calibration.alpha_bounds, log the config's α
@@ -41,7 +41,7 @@ def bounds(knob: Knob, alpha_bounds, num_routable: int) -> tuple[float, float]:
 
 
 def start(knob: Knob, configured, target: float, ceiling: float, num_routable: int, low: float, high: float):
-    """The first trial's value: the configured α for HeRo; the cost knob's expected value for a baseline."""
+    """The first trial's value: the configured α for HeRo; the cost knob's expected value for a Table 1 method."""
     if knob is ALPHA:
         if isinstance(configured, (int, float)) and configured > 0:
             return float(configured)

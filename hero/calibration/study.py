@@ -1,7 +1,7 @@
 """One Optuna study per (variant, target, backbone, layer set); an ask/tell loop over all of them.
 
 A study searches one knob (``hero.calibration.search_space``): α for a HeRo variant, the cost knob
-of a baseline method; "α" below stands for either.
+of a Table 1 method; "α" below stands for either.
 
 ``calibrate(plans, ...)`` keeps ``parallel`` trials in flight across every study and starts
 the next one as soon as any finishes (no synchronous batches). A study stops when a finished

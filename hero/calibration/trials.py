@@ -1,7 +1,7 @@
 """How one calibration trial runs: a real training run of the variant at a proposed α.
 
 A trial is ``hero.pipeline.run`` of the variant's train config with ``alpha=<proposed>`` (or
-the baseline's knob, ``method.p=<proposed>``, … — ``hero.calibration.search_space``),
+a Table 1 method's knob, ``method.p=<proposed>``, … — ``hero.calibration.search_space``),
 ``objective=skip.param_rate``, ``trainer.max_steps`` shortened to ``trial_fraction`` of the
 training budget, the study's fixed seed, and its record written under
 ``<calibration.dir>/trials/<study>/alpha=<α>``. No ``force``: the pipeline's config-hash
@@ -78,7 +78,7 @@ def trial_steps(cfg: DictConfig) -> int:
 def trial_config(cfg: DictConfig, alpha: float, study: str, steps: int, target: float, key: str = "alpha") -> dict:
     """The resolved train config of one trial (calibration-only keys dropped: no storage URL in any record).
 
-    ``key`` is the config key the proposed value sets: ``alpha``, or a baseline's knob (``method.p``, …).
+    ``key`` is the config key the proposed value sets: ``alpha``, or a Table 1 method's knob (``method.p``, …).
     """
     trial = copy.deepcopy(cfg)
     with open_dict(trial):

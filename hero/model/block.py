@@ -166,7 +166,7 @@ class RoutedDecoderLayer(nn.Module):
     def _branches(
         self, hbar: torch.Tensor, u: torch.Tensor, gate: torch.Tensor, executed: torch.Tensor
     ) -> torch.Tensor:
-        """Eq 3 on the flattened rows (``single_branch``); a baseline's block may run another rule in training.
+        """Eq 3 on the flattened rows (``single_branch``); a routing policy's block may run another rule in training.
 
         With ``router.straight_through`` HeRo trains through ``both_branches`` (same values, gradient for skipped
         rows through their FFN); evaluation and generation stay single-branch.

@@ -96,7 +96,7 @@ class Intervention:
 def _routing_context(model: nn.Module):
     """The ``RoutingContext`` the routed blocks of ``model`` share, which holds the intervention.
 
-    Read from ``model.hero_context`` (set by ``hero.attach`` and the baselines' attach) rather than
+    Read from ``model.hero_context`` (set by ``hero.attach`` and ``hero.model.policy.attach_policy``) rather than
     from the blocks, so this module needs nothing from ``attach`` or ``block``: the block reads
     ``Intervention``, and an import back would close a circle.
     """
