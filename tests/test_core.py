@@ -218,11 +218,18 @@ def test_inference_path_runs_each_branch_on_its_rows_only(routed, policy):
 
 
 def test_skip_loss_sums_depth_before_squaring():
-    gates = [torch.tensor([[0.5, 0.9]]), torch.tensor([[0.5, 0.1]])]
-    valid = torch.tensor([[True, False]])
-    assert skip_loss(gates, valid).item() == pytest.approx(1.0)  # (0.5 + 0.5)^2, padding position excluded
-    per_layer_squared = sum((g[valid] ** 2).mean() for g in gates)
-    assert per_layer_squared.item() == pytest.approx(0.5)
+    """Eq 18 on two layers: the padded positions' depth sums differ from the valid ones', so
+    counting a padded position, squaring per layer or averaging over B·T each change the number."""
+    gates = [torch.tensor([[0.5, 0.9, 0.2], [0.1, 0.3, 0.7]]), torch.tensor([[0.25, 0.8, 0.6], [0.4, 0.05, 0.3]])]
+    valid = torch.tensor([[True, False, True], [False, True, False]])
+    # depth sums, by hand: [[0.75, 1.7, 0.8], [0.5, 0.35, 1.0]]; valid ones 0.75, 0.8, 0.35
+    expected = (0.75**2 + 0.8**2 + 0.35**2) / 3
+    assert skip_loss(gates, valid).item() == pytest.approx(expected, rel=1e-6)
+    with_padding = (0.75**2 + 1.7**2 + 0.8**2 + 0.5**2 + 0.35**2 + 1.0**2) / 6
+    per_layer_squared = (0.5**2 + 0.2**2 + 0.3**2) / 3 + (0.25**2 + 0.6**2 + 0.05**2) / 3
+    # the test can tell eq 18 from counting padding and from squaring per layer
+    assert abs(expected - with_padding) > 0.1 and abs(expected - per_layer_squared) > 0.1
+    assert skip_loss(gates, torch.zeros_like(valid)).item() == 0.0  # no valid position: nothing to average
 
 
 def test_prediction_positions_exclude_padding_and_last():
