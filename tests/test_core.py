@@ -119,6 +119,32 @@ def test_heads_gate_and_history_scores(routed):
         assert not torch.allclose(record["gate"], record["p_hist"])  # gate and p_hist are different quantities
 
 
+def test_heads_read_their_inputs(routed):
+    """a_j = f_θ([s_j ; c_j ; ν_j]) and b_j = f_ψ(RMSNorm(h̄_j)) (eq 13, 14, 16): the heads' inputs are rebuilt
+    from the traced h̄, x_path and c (s per eq 5, 9; ν per eq 13 with ν_1 = 0) and fed to the router's own heads."""
+    ids, mask = batch_with_padding()
+    t = hero.routing_trace(routed, ids, mask)
+    router = routed.hero_router
+    eps = router.config.eps
+    with torch.no_grad():
+        for j, record in enumerate(t, start=1):
+            h = record["h_bar"].reshape(-1, SMALL["hidden_size"])
+            normed = router.norm(h)
+            z_h = router.content_up(F.silu(router.content_down(normed)))
+            s = torch.cat([z_h, router.path_encoder(record["x_path"].reshape(-1, 6))], dim=-1)
+            c = record["memory_read"].reshape(-1, router.config.memory_dim)
+            if j == 1:
+                nu = torch.zeros(s.shape[0])
+            else:
+                nu = 1 - F.cosine_similarity(router.W_n(s), router.W_c(c), dim=-1, eps=eps)
+                assert nu.abs().min() > 1e-3  # ν is far from 0: a head fed ν = 0 gives another a
+            assert torch.allclose(record["nu"].reshape(-1), nu, rtol=1e-5, atol=1e-6), j
+            a = router.history_head(torch.cat([s, c, nu.unsqueeze(-1)], dim=-1)).squeeze(-1)
+            b = router.local_head(normed).squeeze(-1)
+            assert torch.allclose(record["history_logit"].reshape(-1), a, rtol=1e-5, atol=1e-6), j
+            assert torch.allclose(record["local_logit"].reshape(-1), b, rtol=1e-5, atol=1e-6), j
+
+
 def test_memory_read_is_linear_attention_over_earlier_blocks(routed):
     """c_j recomputed from the projections of s_1..s_{j-1} with the learned rho (eq 10-12)."""
     ids, mask = batch_with_padding()
