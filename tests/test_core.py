@@ -95,10 +95,13 @@ def test_path_vector_matches_definitions(routed):
             delta = t[j - 1]["h_bar"] - t[j - 2]["h_bar"]
             assert torch.allclose(x[..., 2], delta.norm(dim=-1).reshape(x.shape[:2]), rtol=1e-5, atol=1e-5)
         if j > 2:
-            delta = (t[j - 1]["h_bar"] - t[j - 2]["h_bar"]).reshape(*x.shape[:2], -1)
-            prev = (t[j - 2]["h_bar"] - t[j - 3]["h_bar"]).reshape(*x.shape[:2], -1)
-            gamma = F.cosine_similarity(delta, prev, dim=-1, eps=1e-12)
-            assert torch.allclose(x[..., 3], gamma, atol=1e-4)
+            delta = (t[j - 1]["h_bar"] - t[j - 2]["h_bar"]).reshape(*x.shape[:2], -1).double()
+            prev = (t[j - 2]["h_bar"] - t[j - 3]["h_bar"]).reshape(*x.shape[:2], -1).double()
+            # eq 8 as written: ⟨δ_j, δ_{j−1}⟩ / (‖δ_j‖‖δ_{j−1}‖ + ε), the router's ε, in float64
+            eps = routed.hero_config.eps
+            gamma = (delta * prev).sum(-1) / (delta.norm(dim=-1) * prev.norm(dim=-1) + eps)
+            # fp32 rounding is ~3e-8 here; the same γ without ε (or with ε inside each norm) is ~1.7e-5 off
+            assert torch.allclose(x[..., 3].double(), gamma, rtol=0, atol=1e-6)
         prev_p = t[j - 2]["p_hist"] if j > 1 else torch.ones_like(x[..., 4])
         prev_m = t[j - 2]["m_hist"] if j > 1 else torch.ones_like(x[..., 5])
         assert torch.allclose(x[..., 4], prev_p) and torch.allclose(x[..., 5], prev_m)
