@@ -295,3 +295,16 @@ def test_extended9_keeps_lm_evals_other_tasks_beside_the_wheel_ones(tmp_path):
     assert manager.load(["arc_easy"])["tasks"]["arc_easy"].config.dataset_path == "arrow"
     paper7 = compose_train(["eval=paper7"]).eval
     assert "gsm8k_cot_llama" not in _task_manager(paper7, task_specs(paper7), None, None, tmp_path / "p").all_tasks
+
+
+def test_chance_normalised_retain_is_negative_below_chance():
+    """A score below chance gives a negative per-task value, as defined (not clamped to 0): (s − c) / (b − c) × 100."""
+    primary = {"piqa": "acc", "arc_easy": "acc"}
+    chance = {"piqa": 0.5, "arc_easy": 0.25}
+    dense = {"piqa": {"acc": 0.75}, "arc_easy": {"acc": 0.5}}
+    run = {"piqa": {"acc": 0.375}, "arc_easy": {"acc": 0.5}}
+    out = chance_normalised(run, dense, primary, chance, "dense")
+    assert out["per_task"] == {"arc_easy": 100.0, "piqa": -50.0}  # piqa: (0.375 − 0.5) / (0.75 − 0.5) × 100
+    assert out["value"] == 25.0 and out["undefined"] == []
+    zero = chance_normalised({**run, "arc_easy": {"acc": 0.0}}, dense, primary, chance, "dense")
+    assert zero["per_task"]["arc_easy"] == -100.0 and zero["value"] == -75.0  # a score of 0 on a 4-way task
