@@ -95,10 +95,13 @@ def test_path_vector_matches_definitions(routed):
             delta = t[j - 1]["h_bar"] - t[j - 2]["h_bar"]
             assert torch.allclose(x[..., 2], delta.norm(dim=-1).reshape(x.shape[:2]), rtol=1e-5, atol=1e-5)
         if j > 2:
-            delta = (t[j - 1]["h_bar"] - t[j - 2]["h_bar"]).reshape(*x.shape[:2], -1)
-            prev = (t[j - 2]["h_bar"] - t[j - 3]["h_bar"]).reshape(*x.shape[:2], -1)
-            gamma = F.cosine_similarity(delta, prev, dim=-1, eps=1e-12)
-            assert torch.allclose(x[..., 3], gamma, atol=1e-4)
+            delta = (t[j - 1]["h_bar"] - t[j - 2]["h_bar"]).reshape(*x.shape[:2], -1).double()
+            prev = (t[j - 2]["h_bar"] - t[j - 3]["h_bar"]).reshape(*x.shape[:2], -1).double()
+            # eq 8 as written: ⟨δ_j, δ_{j−1}⟩ / (‖δ_j‖‖δ_{j−1}‖ + ε), the router's ε, in float64
+            eps = routed.hero_config.eps
+            gamma = (delta * prev).sum(-1) / (delta.norm(dim=-1) * prev.norm(dim=-1) + eps)
+            # fp32 rounding is ~3e-8 here; the same γ without ε (or with ε inside each norm) is ~1.7e-5 off
+            assert torch.allclose(x[..., 3].double(), gamma, rtol=0, atol=1e-6)
         prev_p = t[j - 2]["p_hist"] if j > 1 else torch.ones_like(x[..., 4])
         prev_m = t[j - 2]["m_hist"] if j > 1 else torch.ones_like(x[..., 5])
         assert torch.allclose(x[..., 4], prev_p) and torch.allclose(x[..., 5], prev_m)
@@ -117,6 +120,32 @@ def test_heads_gate_and_history_scores(routed):
         assert torch.allclose(record["gate"], torch.sigmoid(a + b))  # eq 16
         assert torch.equal(record["ffn_executed"], record["gate"] >= tau)  # eq 3 threshold
         assert not torch.allclose(record["gate"], record["p_hist"])  # gate and p_hist are different quantities
+
+
+def test_heads_read_their_inputs(routed):
+    """a_j = f_θ([s_j ; c_j ; ν_j]) and b_j = f_ψ(RMSNorm(h̄_j)) (eq 13, 14, 16): the heads' inputs are rebuilt
+    from the traced h̄, x_path and c (s per eq 5, 9; ν per eq 13 with ν_1 = 0) and fed to the router's own heads."""
+    ids, mask = batch_with_padding()
+    t = hero.routing_trace(routed, ids, mask)
+    router = routed.hero_router
+    eps = router.config.eps
+    with torch.no_grad():
+        for j, record in enumerate(t, start=1):
+            h = record["h_bar"].reshape(-1, SMALL["hidden_size"])
+            normed = router.norm(h)
+            z_h = router.content_up(F.silu(router.content_down(normed)))
+            s = torch.cat([z_h, router.path_encoder(record["x_path"].reshape(-1, 6))], dim=-1)
+            c = record["memory_read"].reshape(-1, router.config.memory_dim)
+            if j == 1:
+                nu = torch.zeros(s.shape[0])
+            else:
+                nu = 1 - F.cosine_similarity(router.W_n(s), router.W_c(c), dim=-1, eps=eps)
+                assert nu.abs().min() > 1e-3  # ν is far from 0: a head fed ν = 0 gives another a
+            assert torch.allclose(record["nu"].reshape(-1), nu, rtol=1e-5, atol=1e-6), j
+            a = router.history_head(torch.cat([s, c, nu.unsqueeze(-1)], dim=-1)).squeeze(-1)
+            b = router.local_head(normed).squeeze(-1)
+            assert torch.allclose(record["history_logit"].reshape(-1), a, rtol=1e-5, atol=1e-6), j
+            assert torch.allclose(record["local_logit"].reshape(-1), b, rtol=1e-5, atol=1e-6), j
 
 
 def test_memory_read_is_linear_attention_over_earlier_blocks(routed):
@@ -218,11 +247,18 @@ def test_inference_path_runs_each_branch_on_its_rows_only(routed, policy):
 
 
 def test_skip_loss_sums_depth_before_squaring():
-    gates = [torch.tensor([[0.5, 0.9]]), torch.tensor([[0.5, 0.1]])]
-    valid = torch.tensor([[True, False]])
-    assert skip_loss(gates, valid).item() == pytest.approx(1.0)  # (0.5 + 0.5)^2, padding position excluded
-    per_layer_squared = sum((g[valid] ** 2).mean() for g in gates)
-    assert per_layer_squared.item() == pytest.approx(0.5)
+    """Eq 18 on two layers: the padded positions' depth sums differ from the valid ones', so
+    counting a padded position, squaring per layer or averaging over B·T each change the number."""
+    gates = [torch.tensor([[0.5, 0.9, 0.2], [0.1, 0.3, 0.7]]), torch.tensor([[0.25, 0.8, 0.6], [0.4, 0.05, 0.3]])]
+    valid = torch.tensor([[True, False, True], [False, True, False]])
+    # depth sums, by hand: [[0.75, 1.7, 0.8], [0.5, 0.35, 1.0]]; valid ones 0.75, 0.8, 0.35
+    expected = (0.75**2 + 0.8**2 + 0.35**2) / 3
+    assert skip_loss(gates, valid).item() == pytest.approx(expected, rel=1e-6)
+    with_padding = (0.75**2 + 1.7**2 + 0.8**2 + 0.5**2 + 0.35**2 + 1.0**2) / 6
+    per_layer_squared = (0.5**2 + 0.2**2 + 0.3**2) / 3 + (0.25**2 + 0.6**2 + 0.05**2) / 3
+    # the test can tell eq 18 from counting padding and from squaring per layer
+    assert abs(expected - with_padding) > 0.1 and abs(expected - per_layer_squared) > 0.1
+    assert skip_loss(gates, torch.zeros_like(valid)).item() == 0.0  # no valid position: nothing to average
 
 
 def test_prediction_positions_exclude_padding_and_last():
@@ -387,6 +423,28 @@ def test_autocast_forward_backward(routed, dtype):
     assert executed.any() and not executed.all()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in hero.trainable_parameters(routed).values() if p.grad is not None)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_router_computes_in_fp32_under_autocast(routed, dtype):
+    """The router's outputs under autocast equal the router replayed in fp32 on the same h̄ (HERO_SPEC: router
+    arithmetic in float32). Measured: guarded, the two agree bit for bit; without the guard the lower-precision
+    matmuls move every output by ≥ 2e-3 (bf16) / ≥ 2.5e-4 (fp16), on AVX512-BF16 and on ATEN_CPU_CAPABILITY=avx2."""
+    ids, mask = batch_with_padding()
+    with torch.autocast("cpu", dtype=dtype):
+        t = hero.routing_trace(routed, ids, mask)
+    router = routed.hero_router
+    fields = ("gate", "history_logit", "local_logit", "p_hist", "m_hist", "memory_read", "nu", "x_path")
+    with torch.no_grad():
+        hbars = [r["h_bar"].detach().float().reshape(-1, SMALL["hidden_size"]) for r in t]
+        carry = router.initial_carry(hbars[0])
+        for j, (record, block, h) in enumerate(zip(t, hero.routed_blocks(routed), hbars), start=1):
+            decision, carry = router.step(j, h, carry, block.rho)
+            for name in fields:
+                traced = record[name]
+                expected = getattr(decision, name).reshape(traced.shape)
+                assert torch.allclose(traced.detach().float(), expected, rtol=0, atol=1e-5), (j, name)
+                assert traced.dtype == torch.float32, (j, name)
 
 
 ARCHS = {

