@@ -1,7 +1,7 @@
 """The training loop: AdamW on the trainable tensors only, loss = L_LM + α·L_skip (eq 17).
 
 Plain PyTorch: seeded data order, gradient accumulation to the global batch,
-linear warm-up, grad-clip, optional bf16 autocast and gradient checkpointing,
+linear warm-up, grad-clip, optional bf16 autocast (fp16 is refused: no loss scaling) and gradient checkpointing,
 periodic checkpoints (trainable tensors + optimizer + scheduler + RNG + data
 position) and exact resume from the latest one. Under ``torch.distributed`` each
 rank takes its share of every global batch and the gradients of the trainable
@@ -30,7 +30,13 @@ from hero.objectives import SkipMeter
 from hero.preemption import preemption_deferred, register_checkpoint_fn
 from hero.update import cached_prefix_states, frozen_prefix_end, micro_batch_loss
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16")
+# fp16 is refused: the loop has no loss scaling (torch.amp.GradScaler, and its state in the checkpoints), without
+# which fp16's 5-bit exponent flushes small gradients to zero; bf16 keeps fp32's exponent range.
+FP16_REFUSAL = (
+    "trainer.precision='fp16': the training loop has no loss scaling (GradScaler), so fp16 gradients can "
+    "underflow to zero; allowed values are fp32, bf16 (mixed precision with fp32's exponent range)"
+)
 SCHEDULES = ("linear", "cosine", "constant")
 # Where the skip loss (eq 18) averages: every valid prediction position (the paper), or only where the LM loss is
 # (labels ≠ −100: with data.assistant_only_loss=true, the assistant tokens).
@@ -99,6 +105,8 @@ def check_config(tcfg) -> None:
         raise TrainingConfigError(f"trainer.lr={tcfg.lr!r}: must be positive")
     if not 0 <= tcfg.warmup_frac < 1:
         raise TrainingConfigError(f"trainer.warmup_frac={tcfg.warmup_frac!r}: must lie in [0, 1)")
+    if tcfg.precision == "fp16":
+        raise TrainingConfigError(FP16_REFUSAL)
     if tcfg.precision not in PRECISIONS:
         raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
     if not isinstance(tcfg.get("labelled_logits", False), bool):
@@ -163,7 +171,7 @@ def sample_order(num_samples: int, updates: int, global_batch: int, seed: int) -
 def autocast_context(precision: str, device: torch.device):
     if precision == "fp32":
         return torch.autocast(device_type=device.type, enabled=False)
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return torch.autocast(device_type=device.type, dtype={"bf16": torch.bfloat16}[precision])
 
 
 def fit(
