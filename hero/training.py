@@ -1,7 +1,7 @@
 """The training loop: AdamW on the trainable tensors only, loss = L_LM + α·L_skip (eq 17).
 
 Plain PyTorch: seeded data order, gradient accumulation to the global batch,
-linear warm-up, grad-clip, optional bf16 autocast and gradient checkpointing,
+linear warm-up, grad-clip, optional bf16 autocast (fp16 is refused: no loss scaling) and gradient checkpointing,
 periodic checkpoints (trainable tensors + optimizer + scheduler + RNG + data
 position) and exact resume from the latest one. Under ``torch.distributed`` each
 rank takes its share of every global batch and the gradients of the trainable
@@ -27,10 +27,16 @@ from hero.data import SFTDataset
 from hero.distributed import all_mean, allreduce_gradients, world
 from hero.errors import ConfigError
 from hero.objectives import SkipMeter
-from hero.preemption import register_checkpoint_fn
+from hero.preemption import preemption_deferred, register_checkpoint_fn
 from hero.update import cached_prefix_states, frozen_prefix_end, micro_batch_loss
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16")
+# fp16 is refused: the loop has no loss scaling (torch.amp.GradScaler, and its state in the checkpoints), without
+# which fp16's 5-bit exponent flushes small gradients to zero; bf16 keeps fp32's exponent range.
+FP16_REFUSAL = (
+    "trainer.precision='fp16': the training loop has no loss scaling (GradScaler), so fp16 gradients can "
+    "underflow to zero; allowed values are fp32, bf16 (mixed precision with fp32's exponent range)"
+)
 SCHEDULES = ("linear", "cosine", "constant")
 # Where the skip loss (eq 18) averages: every valid prediction position (the paper), or only where the LM loss is
 # (labels ≠ −100: with data.assistant_only_loss=true, the assistant tokens).
@@ -99,6 +105,8 @@ def check_config(tcfg) -> None:
         raise TrainingConfigError(f"trainer.lr={tcfg.lr!r}: must be positive")
     if not 0 <= tcfg.warmup_frac < 1:
         raise TrainingConfigError(f"trainer.warmup_frac={tcfg.warmup_frac!r}: must lie in [0, 1)")
+    if tcfg.precision == "fp16":
+        raise TrainingConfigError(FP16_REFUSAL)
     if tcfg.precision not in PRECISIONS:
         raise TrainingConfigError(f"trainer.precision={tcfg.precision!r}: allowed values are {', '.join(PRECISIONS)}")
     if not isinstance(tcfg.get("labelled_logits", False), bool):
@@ -163,7 +171,7 @@ def sample_order(num_samples: int, updates: int, global_batch: int, seed: int) -
 def autocast_context(precision: str, device: torch.device):
     if precision == "fp32":
         return torch.autocast(device_type=device.type, enabled=False)
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return torch.autocast(device_type=device.type, dtype={"bf16": torch.bfloat16}[precision])
 
 
 def fit(
@@ -214,7 +222,9 @@ def fit(
     last = {"loss": float("nan"), "lm_loss": float("nan"), "skip_loss": 0.0, "param_skip": 0.0}
     step_meter = SkipMeter(model) if routed else None
     scheduled = [m for m in model.modules() if hasattr(m, "set_progress")]  # e.g. SkipGPT-RT's annealed T
-    completed = {"step": start_step, "tokens": tokens}
+    # the last completed update, as the preemption hook saves it: its step, tokens and the RNG state the next update
+    # starts from (a preemption mid-update finds the RNG advanced by that update's draws)
+    completed = {"step": start_step, "tokens": tokens, "rng": rng_state()}
     unregister = (
         _save_on_preemption(checkpoint_dir, completed, history, named, optimizer, scheduler, tcfg)
         if rank == 0
@@ -229,6 +239,7 @@ def fit(
         dynamic_ncols=True,
     )
     for step in bar:
+        completed["rng"] = rng_state()  # as a periodic checkpoint saves it: after the last update's logging
         batch_start = step * tcfg.global_batch + rank * per_rank
         sums = {"loss": 0.0, "lm_loss": 0.0, "skip_loss": 0.0}
         if routed:
@@ -267,19 +278,20 @@ def fit(
             step_tokens = round(all_mean(step_tokens, device) * world_size)
         tokens += step_tokens
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip))
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        metrics = {
-            "step": step + 1,
-            **sums,
-            "param_skip": step_meter.param_rate if routed else 0.0,
-            "grad_norm": grad_norm,
-            "lr": scheduler.get_last_lr()[0],
-        }
-        last = metrics
-        history.append(metrics)
-        completed.update(step=step + 1, tokens=tokens)
+        with preemption_deferred():  # the save hook sees update `step` wholly done or not begun
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            metrics = {
+                "step": step + 1,
+                **sums,
+                "param_skip": step_meter.param_rate if routed else 0.0,
+                "grad_norm": grad_norm,
+                "lr": scheduler.get_last_lr()[0],
+            }
+            last = metrics
+            history.append(metrics)
+            completed.update(step=step + 1, tokens=tokens, rng=rng_state())
         bar.set_postfix(
             loss=f"{sums['loss']:.3f}",
             lm=f"{sums['lm_loss']:.3f}",
@@ -329,8 +341,11 @@ def _save_on_preemption(directory: Path, completed: dict, history: list[dict], n
     """Under the SLURM launcher, save the last completed update when the job is preempted or times out.
 
     submitit calls the hook from its USR2 handler, then requeues; the requeued job resumes
-    here instead of at the last periodic checkpoint. Parameters and optimizer state only
-    change inside ``optimizer.step()``, so between steps they are those of ``completed``.
+    here instead of at the last periodic checkpoint. The handler may run anywhere in an update:
+    parameters, optimizer and scheduler move only in the update's last statements, which ``fit``
+    runs under ``preemption_deferred`` together with ``completed``'s step, so they are those of
+    ``completed``; the RNG state is the one saved in ``completed`` when that update ended, since
+    the current one has already drawn the noise of the interrupted update's micro-batches.
     """
     return register_checkpoint_fn(
         lambda: save_checkpoint(
@@ -342,6 +357,7 @@ def _save_on_preemption(directory: Path, completed: dict, history: list[dict], n
             scheduler,
             tcfg.keep_checkpoints,
             [m for m in history if m["step"] <= completed["step"]],
+            rng=completed["rng"],
         )
     )
 
@@ -379,9 +395,11 @@ def save_checkpoint(
     scheduler,
     keep: int,
     history: list[dict] = (),
+    rng: dict | None = None,
 ) -> Path:
     """Write ``step-<n>.pt`` atomically (temp file + rename), keep the newest ``keep``; ``history`` is every update's
-    metrics so far, so that a resumed run's record keeps the whole training curve."""
+    metrics so far, so that a resumed run's record keeps the whole training curve; ``rng``: the RNG state to resume
+    with (default: the current one)."""
     directory.mkdir(parents=True, exist_ok=True)
     payload = {
         "step": step,
@@ -390,7 +408,7 @@ def save_checkpoint(
         "trainable": {n: p.detach().cpu() for n, p in named.items()},
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "rng": rng_state(),
+        "rng": rng_state() if rng is None else rng,
     }
     path = directory / f"step-{step:08d}.pt"
     tmp = directory / f".{path.name}.tmp-{os.getpid()}"

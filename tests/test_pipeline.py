@@ -299,6 +299,7 @@ def test_bad_values_fail_in_one_line_and_write_no_record(micro_cache, tmp_path, 
     [
         (["eval=paper7"], "eval=paper7 with model=tiny: the testbed bed's backbone is scored on eval=tiny, eval=none"),
         (["alpha=calibrated", "calibration.target_skip=0.2"], "alpha=calibrated: "),
+        (["trainer.precision=fp16"], "trainer.precision='fp16': the training loop has no loss scaling (GradScaler)"),
     ],
 )
 def test_a_refused_run_prints_its_one_line_and_nothing_before_it(tmp_path, args, message):

@@ -91,3 +91,32 @@ def test_rescoring_a_calibrations_trials_into_a_study_checks_every_run_first_and
         [Path("alpha=0.1"), Path("other/alpha=2")],
         ["eval=tiny", "paths.cache=/tmp/x"],
     )
+
+
+@pytest.mark.parametrize("method", ["skipgpt_rt", "random_skip", "static_drop", "dense"])
+def test_rescoring_every_method_on_its_own_suite_reproduces_its_record_exactly(method, micro_overrides, tmp_path):
+    """What the studies did to SkipGPT-RT runs, for each method: trained (skipgpt_rt; random_skip with its adapters)
+    or not (static_drop, dense), then scored again on the same suite with no intervention. The rescoring rebuilds
+    the model (prepare, load) and scores it by the code path of the run, so scores, Retain and the skip section are
+    equal to the bit, not only to float order."""
+    overrides = [*micro_overrides, MICRO_RETAIN, f"method={method}", "trainer.max_steps=2", "trainer.num_threads=1"]
+    if method == "random_skip":
+        overrides.append("method.adapter=true")
+    if method == "skipgpt_rt":  # its routers start near 50 % execution, so that the argmax gate skips some tokens
+        overrides.append("method.bias_init=0")
+    threads = torch.get_num_threads()
+    try:
+        run(compose_train(overrides), run_dir=tmp_path / "run")
+        path = rescore(tmp_path / "run", ["eval=tiny", MICRO_RETAIN])
+    finally:
+        torch.set_num_threads(threads)
+    original, again = json.loads((tmp_path / "run" / "results.json").read_text()), json.loads(path.read_text())
+    assert again["origin"] == "rescored" and again["config"]["eval"] == original["config"]["eval"]
+    assert again["config"]["intervention"] == original["config"]["intervention"]
+    trains = method in ("skipgpt_rt", "random_skip")
+    assert (original["train"] is not None) == trains and again["train"] == original["train"]
+    assert again["eval"] and again["skip"]["param_rate"] is not None
+    for key in ("eval", "retain", "retain_chance", "skip", "rho", "knob"):
+        assert again.get(key) == original.get(key), key
+    if method != "dense":
+        assert 0 < original["skip"]["param_rate"] < 1

@@ -172,3 +172,15 @@ def test_bf16_autocast_trains_resumes_and_records(micro_overrides, tmp_path, mon
     fp32 = _record(micro_overrides + ["eval=none", "trainer.max_steps=4"], tmp_path, "fp32")
     assert resumed["train"]["final_loss"] == pytest.approx(fp32["train"]["final_loss"], rel=0.05)
     assert resumed["train"]["final_loss"] != fp32["train"]["final_loss"]
+
+
+def test_fp16_is_refused_in_one_line_that_points_to_bf16():
+    """The loop has no loss scaling (GradScaler): fp16 would train with gradients that underflow to zero on a GPU.
+    It is refused by the config check, before any compute (tests/test_pipeline.py: from the command line)."""
+    from hero.spec import check
+
+    with pytest.raises(
+        ConfigError, match=r"^trainer.precision='fp16': .*no loss scaling.*allowed values are fp32, bf16"
+    ):
+        check(compose_train(["trainer.precision=fp16"]))
+    check(compose_train(["trainer.precision=bf16"]))
