@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig
 
 from hero.calibration_file import transfer_report
+from hero.checkpoints import remove_checkpoints
 from hero.data import SFTDataset, load_conversations
 from hero.distributed import init_distributed, world
 from hero.errors import ConfigError
@@ -35,7 +36,7 @@ from hero.scoring import dense_baseline, score, write_baseline_record
 from hero.spec import Loaded, RunSpec
 from hero.summary import format_summary
 from hero.tracking import tracked_run
-from hero.training import fit, remove_checkpoints, seed_everything, set_threads
+from hero.training import fit, seed_everything, set_threads
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None) -> float | None:

@@ -11,9 +11,7 @@ tensors are averaged across ranks (``hero.distributed``); rank 0 writes checkpoi
 from __future__ import annotations
 
 import math
-import os
 import random
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from hero.checkpoints import load_latest, rng_state, save_checkpoint
 from hero.data import SFTDataset
 from hero.distributed import all_mean, allreduce_gradients, world
 from hero.errors import ConfigError
@@ -374,76 +373,3 @@ def set_threads(tcfg) -> None:
     scoring of the run (``hero.rescore``), so that their seconds compare."""
     if tcfg.num_threads:
         torch.set_num_threads(int(tcfg.num_threads))
-
-
-def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-
-
-def save_checkpoint(
-    directory: Path,
-    step: int,
-    tokens: int,
-    named: dict[str, torch.Tensor],
-    optimizer,
-    scheduler,
-    keep: int,
-    history: list[dict] = (),
-    rng: dict | None = None,
-) -> Path:
-    """Write ``step-<n>.pt`` atomically (temp file + rename), keep the newest ``keep``; ``history`` is every update's
-    metrics so far, so that a resumed run's record keeps the whole training curve; ``rng``: the RNG state to resume
-    with (default: the current one)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "step": step,
-        "tokens": tokens,
-        "history": list(history),
-        "trainable": {n: p.detach().cpu() for n, p in named.items()},
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "rng": rng_state() if rng is None else rng,
-    }
-    path = directory / f"step-{step:08d}.pt"
-    tmp = directory / f".{path.name}.tmp-{os.getpid()}"
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-    for old in sorted(directory.glob("step-*.pt"))[:-keep]:
-        old.unlink()
-    return path
-
-
-def latest_checkpoint(directory: Path) -> Path | None:
-    found = sorted(directory.glob("step-*.pt")) if directory.is_dir() else []
-    return found[-1] if found else None
-
-
-def load_latest(directory: Path, named: dict[str, torch.Tensor], optimizer, scheduler) -> tuple[int, int, list[dict]]:
-    """Restore the newest checkpoint in ``directory``; returns (step to continue from, tokens seen, the updates'
-    metrics so far: empty for a checkpoint written before checkpoints carried them)."""
-    path = latest_checkpoint(directory)
-    if path is None:
-        return 0, 0, []
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    if set(payload["trainable"]) != set(named):
-        raise TrainingConfigError(
-            f"checkpoint {path} holds different trainable tensors than this model; delete it or change paths.root"
-        )
-    with torch.no_grad():
-        for name, tensor in payload["trainable"].items():
-            named[name].copy_(tensor)
-    optimizer.load_state_dict(payload["optimizer"])
-    scheduler.load_state_dict(payload["scheduler"])
-    set_rng_state(payload["rng"])
-    print(f"resumed from {path} (step {payload['step']})", flush=True)
-    return int(payload["step"]), int(payload["tokens"]), list(payload.get("history", []))
-
-
-def remove_checkpoints(directory: Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)

@@ -4,7 +4,7 @@ The floors, lowest first (a module's floor is its longest listed prefix):
 
     0  errors once results records jsonl bed knobs   plain records, files, the bed interface, the knob table,
        statistics logs                             the statistics a record stores (torch-free, shared with analysis), logging
-    1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary
+    1  model objectives data evaluation calibration_file distributed preemption wandb_offline summary checkpoints
     2  testbed smollm2                                 the beds
     3  backbones methods training update tracking      registries of beds and methods; the loop
     4  spec scoring pipeline rescore                   one run end to end: its spec, its scoring, the run
@@ -36,6 +36,7 @@ FLOORS = {
         "preemption",
         "wandb_offline",
         "summary",
+        "checkpoints",
     ),
     2: ("testbed", "smollm2"),
     3: ("backbones", "methods", "training", "update", "tracking"),
