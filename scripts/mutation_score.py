@@ -7,13 +7,15 @@ mutmut writes one ``mutants/<module>.py.meta`` per mutated file, the exit code o
 killed when a test failed on it (or timed out); it survived when every test that reaches it passed, and it has no
 tests when none of the selected tests reaches its function. Mutants listed in ``tests/mutation_equivalent.txt`` (one
 ``<mutant name>  <why it cannot be told apart>`` per line) are equivalent: no test can kill them, so they leave the
-score. score = killed / (mutants − equivalent). ``--min-score`` makes the command fail below it (CI's subset).
+score. score = killed / (mutants run − equivalent); a partial run (``make mutation MUTANTS=...``) scores what it ran
+and says how many it did not. ``--min-score`` makes the command fail when a module scores below it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -54,7 +56,8 @@ def tally(mutants: Path) -> dict[str, dict]:
                 row["unchecked"] += 1
             else:
                 row["survived"].append(name)
-        row["score"] = 100.0 * row["killed"] / max(row["mutants"] - row["equivalent"], 1)
+        checked = row["mutants"] - row["equivalent"] - row["unchecked"]
+        row["score"] = 100.0 * row["killed"] / checked if checked else float("nan")
         out[module] = row
     return out
 
@@ -69,18 +72,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --mutants {args.mutants}: no such folder; run `make mutation` first", file=sys.stderr)
         return 2
     rows = tally(args.mutants)
-    print("| module | mutants | killed | equivalent | survived | no tests | score |\n|---|---|---|---|---|---|---|")
+    print("| module | mutants | not run | killed | equivalent | survived | no tests | score |")
+    print("|---|---|---|---|---|---|---|---|")
     for module, r in rows.items():
+        score = "–" if math.isnan(r["score"]) else f"{r['score']:.1f} %"
         print(
-            f"| {module} | {r['mutants']} | {r['killed']} | {r['equivalent']} | {len(r['survived'])} "
-            f"| {len(r['no_tests'])} | {r['score']:.1f} % |"
+            f"| {module} | {r['mutants']} | {r['unchecked']} | {r['killed']} | {r['equivalent']} | {len(r['survived'])} "
+            f"| {len(r['no_tests'])} | {score} |"
         )
     if args.survivors:
         for r in rows.values():
             for kind in ("survived", "no_tests"):
                 for name in r[kind]:
                     print(f"{kind:9s} {name}    (mutmut show {name})")
-    low = [m for m, r in rows.items() if args.min_score is not None and r["score"] < args.min_score]
+    low = [m for m, r in rows.items() if args.min_score is not None and not r["score"] >= args.min_score]
     for module in low:
         print(f"error: {module} scores {rows[module]['score']:.1f} %, below --min-score {args.min_score:g}")
     return 1 if low else 0
