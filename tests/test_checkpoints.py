@@ -40,6 +40,7 @@ def draws() -> tuple:
 
 
 def test_a_checkpoint_restores_tensors_optimizer_schedule_rng_and_curve(tmp_path, capsys):
+    tmp_path = tmp_path / "checkpoints" / "0123abcd"  # as the pipeline names it: created with its parents
     named, optimizer, scheduler = toy(0)
     history = [{"step": 0, "loss": 2.5}, {"step": 1, "loss": 2.25}]
     torch.manual_seed(7), random.seed(7), np.random.seed(7)
@@ -96,3 +97,12 @@ def test_a_checkpoint_of_other_tensors_is_refused_in_one_line(tmp_path):
     save_checkpoint(tmp_path, 1, 0, named, optimizer, scheduler, keep=1)
     with pytest.raises(CheckpointError, match=r"step-00000001.pt holds different trainable tensors than this model"):
         load_latest(tmp_path, {"weight": named["weight"]}, optimizer, scheduler)
+
+
+def test_a_checkpoint_written_before_checkpoints_kept_the_curve_resumes_with_none(tmp_path):
+    named, optimizer, scheduler = toy(0)
+    path = save_checkpoint(tmp_path, 4, 64, named, optimizer, scheduler, keep=1)
+    payload = torch.load(path, weights_only=False)
+    del payload["history"]
+    torch.save(payload, path)
+    assert load_latest(tmp_path, named, optimizer, scheduler) == (4, 64, [])

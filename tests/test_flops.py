@@ -129,3 +129,62 @@ def test_every_method_records_its_net_compute_and_analysis_reprices_it_from_the_
     (tmp_path / "old" / "lora" / "results.json").write_text(json.dumps({**lora, "skip": old}))
     kept, note = net_compute_axis(load_runs([tmp_path / "old"]).records.collect())
     assert kept["skip.param_rate"].to_list() == [0.0] and "left out" not in note
+
+
+def test_the_compute_section_field_by_field():
+    """Every field of ``skip.compute`` as a record stores it (analysis and the studies' tables read them by name)."""
+    net = flops.net_compute(TOY, {"0": 0.5, "1": 0.75}, [100, 50], 2, 5)
+    total = 2656
+    assert net == {
+        "net_compute_rate": pytest.approx((576 - 150 - 48) / total),
+        "compute": {
+            "unit": "FLOPs per token (1 multiply-add = 2)",
+            "context_length": 5,
+            "shape": {
+                "hidden": 8,
+                "layers": 2,
+                "heads": 2,
+                "kv_heads": 1,
+                "head_dim": 4,
+                "intermediate": 16,
+                "vocab": 10,
+            },
+            "backbone": {
+                "attention_proj": 2 * 384,
+                "attention_core": 192,
+                "ffn": 2 * 768,
+                "lm_head": 160,
+                "total": total,
+                "mean_keys": 3,
+            },
+            "ffn_saved": 576,
+            "router": 150,
+            "adapter": 48,
+            "router_share": pytest.approx(150 / total),
+            "adapter_share": pytest.approx(48 / total),
+            "ffn_saved_share": pytest.approx(576 / total),
+        },
+    }
+
+
+def test_shape_reads_head_dim_and_kv_heads_where_a_config_has_them_and_defaults_where_not():
+    given = SimpleNamespace(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,  # wider than hidden / heads (as Gemma's)
+        intermediate_size=96,
+        vocab_size=50,
+    )
+    assert flops.Shape.from_config(given) == flops.Shape(64, 2, 4, 2, 32, 96, 50)
+    bare = SimpleNamespace(**{k: v for k, v in vars(given).items() if k not in ("head_dim", "num_key_value_heads")})
+    assert flops.Shape.from_config(bare) == flops.Shape(64, 2, 4, 4, 16, 96, 50)
+
+
+def test_a_local_head_of_its_own_width_is_charged_at_that_width():
+    from hero.model import RouterConfig
+
+    s = flops.Shape(64, 6, 4, 2, 16, 160, 97)
+    default, narrow = RouterConfig(), RouterConfig(local_head_hidden=7)
+    assert flops.router_flops(s, default, 2, 3) - flops.router_flops(s, narrow, 2, 3) == 2 * (64 + 1) * (256 - 7)

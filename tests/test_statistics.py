@@ -66,3 +66,50 @@ def test_routing_rates_from_counts_and_from_a_records_per_layer_rates():
     older = {k: v for k, v in skip.items() if k != "ffn_execution_rate"}
     assert record_ffn_execution_rate(older) == pytest.approx(skip["ffn_execution_rate"], rel=1e-12)
     assert record_ffn_execution_rate(skip) == skip["ffn_execution_rate"]
+
+
+def test_chance_normalised_retain_in_full_and_its_refusals():
+    """Each field of the section, a baseline exactly at chance (undefined, not 0/0), and the one-line refusals."""
+    from hero.statistics import RetainError, chance_normalised
+
+    primary = {"at": "acc", "boolq": "acc", "piqa": "acc"}
+    chance = {"at": 0.25, "boolq": 0.6, "piqa": 0.5}
+    dense = {"at": {"acc": 0.25}, "boolq": {"acc": 0.7}, "piqa": {"acc": 0.8}}
+    run = {"at": {"acc": 0.3}, "boolq": {"acc": 0.65}, "piqa": {"acc": 0.65}}
+    out = chance_normalised(run, dense, primary, chance, "dense")
+    assert out == {
+        "value": pytest.approx(50.0),
+        "baseline": "dense",
+        "tasks": ["boolq", "piqa"],
+        "chance": chance,
+        "per_task": {"boolq": pytest.approx(50.0), "piqa": pytest.approx(50.0)},
+        "undefined": ["at"],
+    }
+    with pytest.raises(RetainError, match=r"^baseline 'dense' has no piqa\.acc; it has \['at', 'boolq'\]$"):
+        chance_normalised(run, {k: v for k, v in dense.items() if k != "piqa"}, primary, chance, "dense")
+    with pytest.raises(RetainError, match=r"^baseline 'dense' has no piqa\.acc; it has \['at', 'boolq', 'piqa'\]$"):
+        chance_normalised(run, {**dense, "piqa": {"acc_norm": 0.8}}, primary, chance, "dense")
+    with pytest.raises(RetainError, match=r"^run has no piqa\.acc to compare with baseline 'dense'$"):
+        chance_normalised({**run, "piqa": {"acc_norm": 0.7}}, dense, primary, chance, "dense")
+
+
+def test_retain_refusals_name_the_task_metric_and_baseline():
+    from hero.statistics import RetainError, retain, retain_value
+
+    dense = {"a": {"acc": 0.5}}
+    with pytest.raises(RetainError, match=r"^run has no a\.acc to compare with baseline 'dense'$"):
+        retain({"a": {"acc_norm": 0.4}}, dense, {"a": "acc"}, "dense")
+    with pytest.raises(RetainError, match=r"^baseline 'dense' has no a\.acc; it has \['a'\]$"):
+        retain({"a": {"acc": 0.4}}, {"a": {"acc_norm": 0.5}}, {"a": "acc"}, "dense")
+    with pytest.raises(RetainError, match=r"^baseline 'dense' scores 0 on a\.acc: Retain is undefined$"):
+        retain({"a": {"acc": 0.4}}, {"a": {"acc": 0.0}}, {"a": "acc"}, "dense")
+    with pytest.raises(RetainError, match=r"^no tasks to compute Retain over$"):
+        retain_value({})
+
+
+def test_layer_rates_over_one_token_and_none():
+    from hero.statistics import layer_ffn_rates, layer_mean_gates
+
+    assert layer_ffn_rates({"3": 1}, tokens=1) == {"3": 1.0}
+    assert layer_mean_gates({"3": 0.75}, tokens=1) == {"3": 0.75}
+    assert layer_ffn_rates({"3": 0}, tokens=0) == {"3": 0.0} == layer_mean_gates({"3": 0.0}, tokens=0)
