@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from hero.bed import Bed
 from hero.errors import ConfigError
@@ -104,9 +105,18 @@ def num_layers(model_cfg, bed=None) -> int:
     return _from_hub(AutoConfig.from_pretrained, resolve_path(model_cfg, bed), model_cfg).num_hidden_layers
 
 
+def quiet_transformers() -> None:
+    """transformers' warnings through the root logger (the run's log file; ``hero.logs`` keeps them off the terminal)
+    instead of its own stderr handler, and no "Loading weights" bar per load: a run's terminal shows our own lines."""
+    hf_logging.disable_progress_bar()
+    hf_logging.disable_default_handler()
+    hf_logging.enable_propagation()
+
+
 def load(model_cfg, bed=None, device: str | torch.device = "cpu") -> Backbone:
     """Load the frozen backbone and its tokenizer (``bed``: the bed of a bed source, which holds the weights)."""
     check(model_cfg)
+    quiet_transformers()
     path = resolve_path(model_cfg, bed)
     tokenizer = _from_hub(AutoTokenizer.from_pretrained, path, model_cfg)
     if tokenizer.pad_token is None:

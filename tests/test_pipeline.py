@@ -374,11 +374,14 @@ def test_the_terminal_shows_our_own_lines_and_the_log_file_the_libraries(micro_c
         "trainer.micro_batch=2",
         "trainer.progress=false",
     ]
-    proc = _train_cli(args, tmp_path)
+    assert _train_cli([*args, "seed=1"], tmp_path).returncode == 0  # builds the micro bed and its sampled data
+    proc = _train_cli([*args, "seed=2"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     terminal = proc.stdout + proc.stderr
     assert "[lm_eval" not in terminal and "Custom kwargs" not in terminal and "HeRo run" in terminal
-    (log,) = tmp_path.rglob("train.log")
+    # no library progress bar either (trainer.progress=false turns off our own): stderr stays empty
+    assert "Running loglikelihood" not in terminal and "Loading weights" not in terminal and "it/s]" not in terminal
+    (log,) = [p for p in tmp_path.rglob("train.log") if "-s2" in p.parent.name]
     assert "[lm_eval.api.task][WARNING] - hero_tiny_fact_recall: Custom kwargs can be passed" in log.read_text()
 
 

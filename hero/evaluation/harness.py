@@ -20,6 +20,9 @@ and torch (seeds 0, 1234, 1234) and seeds the few-shot sampler with 1234.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 
@@ -64,10 +67,35 @@ def local_task_rows(task: str, data_dir: str | None, lm_eval_task: str, data_key
 
 
 def harness_model(model, tokenizer, batch_size: int):
-    """lm-eval's HFLM around the model instance (no copy, no reload)."""
+    """lm-eval's HFLM around the model instance (no copy, no reload), without its progress bars: a run's terminal
+    shows the project's own lines (``hero.logs``), and a bar per task and request type is several dozen lines."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    class QuietHFLM(HFLM):
+        def loglikelihood(self, requests, disable_tqdm: bool = True):
+            return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+
+        def loglikelihood_rolling(self, requests, disable_tqdm: bool = True):
+            return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+
+        def generate_until(self, requests, disable_tqdm: bool = True):
+            return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+    return QuietHFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+
+
+@contextmanager
+def quiet_request_building() -> Iterator[None]:
+    """lm-eval builds a task's requests under a progress bar it offers no switch for (``lm_eval.api.task``'s
+    ``tqdm``); within this block that bar is off."""
+    import lm_eval.api.task as task_module
+
+    real = task_module.tqdm
+    task_module.tqdm = partial(real, disable=True)
+    try:
+        yield
+    finally:
+        task_module.tqdm = real
 
 
 def metric_values(task_result: dict) -> dict[str, float]:
@@ -113,16 +141,17 @@ def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
     samples = None
     if spec.sample is not None:
         samples = {spec.lm_eval_task: sample_indices(len(task.eval_docs), spec.sample)}
-    out = evaluate(
-        lm=lm,
-        task_dict=loaded,
-        limit=spec.limit,
-        samples=samples,
-        log_samples=False,
-        apply_chat_template=spec.chat_template,
-        fewshot_as_multiturn=spec.fewshot_as_multiturn,
-        confirm_run_unsafe_code=spec.unsafe_code,
-    )
+    with quiet_request_building():
+        out = evaluate(
+            lm=lm,
+            task_dict=loaded,
+            limit=spec.limit,
+            samples=samples,
+            log_samples=False,
+            apply_chat_template=spec.chat_template,
+            fewshot_as_multiturn=spec.fewshot_as_multiturn,
+            confirm_run_unsafe_code=spec.unsafe_code,
+        )
     metrics = metric_values(out["results"][spec.lm_eval_task])
     if spec.metric not in metrics:
         raise EvaluationError(
