@@ -180,6 +180,7 @@ def test_shape_reads_head_dim_and_kv_heads_where_a_config_has_them_and_defaults_
     assert flops.Shape.from_config(given) == flops.Shape(64, 2, 4, 2, 32, 96, 50)
     bare = SimpleNamespace(**{k: v for k, v in vars(given).items() if k not in ("head_dim", "num_key_value_heads")})
     assert flops.Shape.from_config(bare) == flops.Shape(64, 2, 4, 4, 16, 96, 50)
+    assert type(flops.Shape.from_config(bare).head_dim) is int  # a record's compute.shape stores 16, not 16.0
 
 
 def test_a_local_head_of_its_own_width_is_charged_at_that_width():

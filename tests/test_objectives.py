@@ -118,3 +118,16 @@ def test_the_backbone_count_counts_a_tied_matrix_once_and_no_router_parameter():
     untied = small_llama()
     expected = sum(p.numel() for p in untied.parameters()) - untied.lm_head.weight.numel()
     assert total_param_count(tied) == expected
+
+
+def test_the_meters_sums_are_float64_across_batches(model):
+    """A gate of 1 and then one of 1e-8: in float32 their sum is 1, in float64 1 + 1e-8 (a run's meter sees
+    thousands of batches, where float32 sums drift)."""
+    meter = SkipMeter(model)
+    for gate in (1.0, 1e-8):
+        records = [BlockRecord(layer, torch.tensor([[gate]]), torch.tensor([[True]])) for layer in (3, 4, 5)]
+        meter.update(records, torch.tensor([[True]]))
+    tiny = float(torch.tensor(1e-8))  # the float32 value the gate holds
+    out = meter.result()
+    assert out["per_layer_mean_gate"]["3"] == pytest.approx((1.0 + tiny) / 2, rel=1e-12, abs=0)
+    assert out["per_layer_executed_gate"]["3"] == pytest.approx((1.0 + tiny) / 2, rel=1e-12, abs=0)
