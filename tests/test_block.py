@@ -74,3 +74,21 @@ def test_a_branch_no_row_takes_is_not_needed(executed):
 def test_the_zero_branch_adds_nothing():
     u = torch.randn(3, 4)
     assert torch.equal(ZERO_BRANCH(u), torch.zeros(3, 4))
+
+
+def test_a_routed_layer_forced_to_run_every_ffn_unscaled_is_the_dense_layer():
+    """Wrap, don't fork: attention, both norms and the FFN are the backbone's own, so forcing every routable FFN to
+    run with g = 1 gives the dense model's logits (a sign or a missing residual anywhere in the block shows)."""
+    import copy
+
+    from conftest import small_llama
+
+    import hero
+    from hero.model.intervention import Intervention, apply_intervention
+
+    dense = small_llama()
+    routed = hero.attach(copy.deepcopy(dense), "second_half")
+    apply_intervention(routed, Intervention(force_execute=(3, 4, 5), unscaled=True))
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.allclose(routed(input_ids=ids).logits, dense(input_ids=ids).logits, atol=1e-5)

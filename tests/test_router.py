@@ -61,3 +61,14 @@ def test_the_fused_first_layer_follows_an_in_place_update_without_autograd(route
         local, content = router._fused_first_layer(x)
     assert torch.allclose(local, F.silu(F.linear(x, first.weight, first.bias)), rtol=1e-12)
     assert torch.allclose(content, F.silu(F.linear(x, down.weight, down.bias)), rtol=1e-12)
+
+
+def test_the_routers_rmsnorm_scales_by_its_weight_and_uses_its_epsilon():
+    from hero.model.router import RMSNorm
+
+    norm = RMSNorm(4, eps=1e-6).double()
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([1.0, 2.0, 0.5, -1.0]))
+    x = torch.tensor([[1e-4, -2e-4, 3e-4, 1e-4]], dtype=torch.float64)  # mean(x²) ≈ 4e-8, ε a visible share
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight
+    assert torch.allclose(norm(x), expected, rtol=1e-12, atol=0)
