@@ -26,7 +26,7 @@ from hero.calibration_file import knob_setting, resolved_config
 from hero.data.sft import check_data
 from hero.errors import ConfigError
 from hero.evaluation import check_config as check_eval_config
-from hero.knobs import ALPHA, KnobSetting
+from hero.knobs import KnobSetting
 from hero.methods import Method
 from hero.model.attach import LAYER_SETS, resolve_layers
 from hero.model.intervention import Intervention
@@ -74,7 +74,7 @@ class RunSpec:
             method=method,
             options=MappingProxyType(options),
             knob=knob,
-            alpha=float(knob.value) if knob is not None and knob.knob is ALPHA else resolved["alpha"],
+            alpha=resolved["alpha"],
             intervention=intervention,
             resolved=resolved,
             config_hash=config_hash(resolved),
