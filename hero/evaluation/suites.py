@@ -144,8 +144,11 @@ def _data_identity() -> dict | None:
     return None if source is None else {k: v for k, v in source.items() if k != "root"}
 
 
-def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dict, dict]:
-    """Scores of ``model`` on the suite; a bed (``hero.bed.Bed``) scores its own suite's local tasks."""
+def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None, items: list | None = None) -> tuple[dict, dict]:
+    """Scores of ``model`` on the suite; a bed (``hero.bed.Bed``) scores its own suite's local tasks.
+
+    ``items``: a list that receives every task's per-item rows (``hero.evaluation.harness.item_rows``).
+    """
     if eval_cfg.suite == "none":
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
@@ -165,7 +168,7 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
     try:
         with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir:
             scores, counts, seconds = _evaluate(
-                model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs
+                model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs, items
             )
     finally:
         model.train(was_training)
@@ -192,7 +195,7 @@ def _task_manager(eval_cfg, specs, bed, tokenizer, workdir: Path):
     return TaskManager()
 
 
-def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict, dict]:
+def _evaluate(model, tokenizer, eval_cfg, manager, specs, items) -> tuple[dict, dict, dict]:
     unknown = [s.lm_eval_task for s in specs if s.lm_eval_task not in manager.all_tasks]
     if unknown:
         raise EvaluationError(f"eval.tasks: lm-eval {LM_EVAL_VERSION} has no task {unknown}")
@@ -200,6 +203,6 @@ def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict, d
     scores, counts, seconds = {}, {}, {}
     for spec in specs:
         start = time.time()
-        scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec)
+        scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec, items)
         seconds[spec.name] = time.time() - start
     return scores, counts, seconds
