@@ -48,6 +48,7 @@ TRAINER_RUN_KEYS = (
     "keep_checkpoints",
     "log_every",
     "num_threads",
+    "prefix_cache_dir",  # where the machine keeps the frozen prefix (a path under paths.cache), not how it trains
 )
 
 
@@ -91,6 +92,13 @@ def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     }
     # options added later, at the value that predates them, leave the setup (and its hash) as it was
     return drop_defaults(setup)
+
+
+def _without_run_keys(setup: dict) -> dict:
+    """A stored setup as ``setup_of`` writes it now: entries calibrated while ``trainer.prefix_cache_dir`` (a path of
+    the calibrating machine's cache) was part of the setup still match on another machine or cache."""
+    trainer = {k: v for k, v in setup.get("trainer", {}).items() if k not in TRAINER_RUN_KEYS}
+    return setup | {"trainer": trainer} if "trainer" in setup else setup
 
 
 def setup_hash(setup: dict) -> str:
@@ -197,9 +205,9 @@ def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
         )
     setup = setup_of(cfg, knob_key)
     for entry in matches:
-        if entry["setup_hash"] == setup_hash(setup):
+        if setup_hash(_without_run_keys(entry["setup"])) == setup_hash(setup):
             return entry
-    diff = _differences(setup, matches[-1]["setup"])
+    diff = _differences(setup, _without_run_keys(matches[-1]["setup"]))
     value = "α" if knob_key == "alpha" else "value"
     raise CalibrationLookupError(
         f"{knob_key}=calibrated: the {value} for {what} in {path} was calibrated "
