@@ -60,3 +60,107 @@ def at_skip(record: dict, items: pl.DataFrame, target: float, axis: str, path: P
     other = "compute" if axis == "param" else "param"
     skips = {axis: target, other: w * lo[other] + (1 - w) * hi[other]}
     return mixed.drop("score_hi"), values, skips["param"], skips["compute"]
+
+
+def retain_at(points: list[tuple[float, float]], target: float) -> tuple[float, tuple[float, float]]:
+    """Retain at skip ``target`` read linearly between the two (skip, Retain) points that bracket it, and that
+    bracket; ``ItemsError`` outside the points' range (no extrapolation)."""
+    pts = sorted(points)
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if x0 <= target <= x1:
+            return (y0 if x1 == x0 else y0 + (target - x0) / (x1 - x0) * (y1 - y0)), (x0, x1)
+    span = f"[{pts[0][0]:.4f}, {pts[-1][0]:.4f}]" if pts else "no points"
+    raise ItemsError(f"skip {target:.4f} is outside the reference runs' range {span}")
+
+
+def field(record: dict, dotted: str):
+    """``record``'s value at a dotted path (``calibration.target``), None where absent."""
+    for part in dotted.split("."):
+        record = record.get(part) if isinstance(record, dict) else None
+    return record
+
+
+def matches(record: dict, selector: dict[str, str]) -> bool:
+    """Whether every ``key=value`` of ``selector`` holds for ``record`` (values compared as text)."""
+    return all(str(field(record, k)) == v for k, v in selector.items())
+
+
+def across_runs(records: list[dict], a: dict, b: dict, axis: str) -> list[dict]:
+    """Per seed of group ``a``: its skip on ``axis`` and Retain, and group ``b``'s Retain at that skip read between
+    ``b``'s runs of the same seed and suite (different trained models, so matched by interpolation, not by
+    construction: the rows say which runs bracket it)."""
+    key = AXES[axis]
+
+    def chosen(selector):
+        return [r for r in records if matches(r, selector) and (r.get("retain") or {}).get("value") is not None]
+
+    rows = []
+    for run in sorted(chosen(a), key=lambda r: r["seed"]):
+        refs = [
+            r
+            for r in chosen(b)
+            if r["seed"] == run["seed"] and r["eval_meta"]["fingerprint"] == run["eval_meta"]["fingerprint"]
+        ]
+        target = run["skip"][key]
+        row = {"seed": run["seed"], "skip": target, "retain_a": run["retain"]["value"]}
+        try:
+            value, bracket = retain_at([(r["skip"][key], r["retain"]["value"]) for r in refs], target)
+            row |= {"retain_b": value, "bracket": bracket, "difference": run["retain"]["value"] - value}
+        except ItemsError as err:
+            row |= {"retain_b": None, "error": str(err)}
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m analysis.matched RECORDS... --a variant=X --b variant=Y --axis compute``: A against B at A's own
+    skip on the axis, paired by seed, B read between its runs of that seed."""
+    import argparse
+    import json
+    import sys
+
+    from analysis.stats import t_quantile
+
+    parser = argparse.ArgumentParser(prog="python -m analysis.matched", description=main.__doc__)
+    parser.add_argument("records", nargs="+")
+    parser.add_argument("--a", required=True)
+    parser.add_argument("--b", required=True)
+    parser.add_argument("--axis", choices=tuple(AXES), default="param")
+    args = parser.parse_args(argv)
+    paths = [
+        p for r in args.records for p in ([Path(r)] if Path(r).is_file() else sorted(Path(r).rglob("results.json")))
+    ]
+    records, seen = [], set()
+    for p in paths:
+        rec = json.loads(p.read_text())
+        if rec.get("status") == "completed" and rec["config_hash"] not in seen:  # a run collected into two studies
+            seen.add(rec["config_hash"])
+            records.append(rec)
+    parse = lambda s: dict(x.split("=", 1) for x in s.split(",") if x)  # noqa: E731
+    rows = across_runs(records, parse(args.a), parse(args.b), args.axis)
+    if not rows:
+        print(f"ERROR: --a {args.a}: no completed record with Retain", file=sys.stderr)
+        return 2
+    print(f"A = {args.a} at its own {args.axis} skip; B = {args.b} read between its runs of the same seed")
+    for r in rows:
+        if r["retain_b"] is None:
+            print(f"  seed {r['seed']}: skip {100 * r['skip']:.2f} %, Retain A {r['retain_a']:.2f}; B: {r['error']}")
+        else:
+            lo, hi = (100 * x for x in r["bracket"])
+            print(
+                f"  seed {r['seed']}: skip {100 * r['skip']:.2f} %, Retain A {r['retain_a']:.2f}, B {r['retain_b']:.2f} "
+                f"(between B's runs at {lo:.2f} and {hi:.2f} %), A − B {r['difference']:+.2f}"
+            )
+    diffs = [r["difference"] for r in rows if r["retain_b"] is not None]
+    if len(diffs) > 1:
+        mean = sum(diffs) / len(diffs)
+        std = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5
+        half = t_quantile(0.95, len(diffs) - 1) * std / len(diffs) ** 0.5
+        print(
+            f"A − B over {len(diffs)} seeds: {mean:+.2f} ± {std:.2f} (95 % t interval {mean - half:+.2f} to {mean + half:+.2f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

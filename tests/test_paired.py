@@ -183,3 +183,33 @@ def test_cli_refuses_a_group_without_runs_in_one_line(tmp_path, capsys):
     assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=nothing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "variant=nothing" in err[0]
+
+
+def test_across_runs_reads_b_between_its_runs_of_the_same_seed_on_the_chosen_axis():
+    """Mutants killed: B's runs of another seed used; the parameter axis read when net compute was asked;
+    extrapolation past B's runs."""
+    from analysis.matched import across_runs
+
+    def rec(variant, seed, param, compute, retain):
+        return {
+            "variant": variant,
+            "seed": seed,
+            "skip": {"param_rate": param, "net_compute_rate": compute},
+            "retain": {"value": retain},
+            "eval_meta": {"fingerprint": "f"},
+        }
+
+    records = [
+        rec("a", 1, 0.12, 0.07, 60.0),
+        rec("b", 1, 0.06, 0.058, 90.0),
+        rec("b", 1, 0.12, 0.118, 50.0),
+        rec("b", 2, 0.06, 0.058, 10.0),
+        rec("b", 2, 0.12, 0.118, 10.0),
+    ]
+    (param,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
+    assert param["retain_b"] == pytest.approx(50.0) and param["difference"] == pytest.approx(10.0)
+    (compute,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "compute")
+    assert compute["retain_b"] == pytest.approx(90.0 - (0.07 - 0.058) / 0.06 * 40.0)
+    records[0]["skip"]["param_rate"] = 0.2
+    (outside,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
+    assert outside["retain_b"] is None and "outside" in outside["error"]
