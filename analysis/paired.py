@@ -311,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--at", type=float, help="compare at exactly this skip, through each run's curve")
     parser.add_argument("--axis", choices=("param", "compute"), default="param", help="the skip axis of --at")
     parser.add_argument("--seed-records", nargs="*", default=[], help="records without items for the seed component")
+    parser.add_argument(
+        "--seed-std",
+        type=float,
+        help="the seed component from elsewhere: each group's Retain std over seeds (e.g. another study's); the "
+        "difference's seed variance is then taken as 2·std² (the groups' seed effects independent: conservative)",
+    )
     parser.add_argument("--resolve", type=float, help="design: seeds × items that resolve this many Retain points")
     args = parser.parse_args(argv)
     try:
@@ -332,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                 for sel in (args.a, args.b)
             }
             with_record_seeds(comp, retain[args.a], retain[args.b])
+        if args.seed_std is not None:
+            comp.seed_var, comp.seed_source = 2 * args.seed_std**2, f"--seed-std {args.seed_std:g} (2·std²)"
     except (ItemsError, OSError, KeyError) as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
