@@ -86,9 +86,10 @@ def matches(record: dict, selector: dict[str, str]) -> bool:
 
 
 def across_runs(records: list[dict], a: dict, b: dict, axis: str) -> list[dict]:
-    """Per seed of group ``a``: its skip on ``axis`` and Retain, and group ``b``'s Retain at that skip read between
-    ``b``'s runs of the same seed and suite (different trained models, so matched by interpolation, not by
-    construction: the rows say which runs bracket it)."""
+    """Per seed of group ``a``: its skip on ``axis`` and Retain, and group ``b``'s Retain at that skip, same seed and
+    suite. Where a ``b`` run of that seed has a curve (``eval.thresholds``) reaching the skip, ``b`` is read on that
+    one trained router (``via: curve``, matched by construction); otherwise between ``b``'s separately trained runs
+    (``via: runs``, interpolation). Each row names the two points that bracket it."""
     key = AXES[axis]
 
     def chosen(selector):
@@ -103,13 +104,33 @@ def across_runs(records: list[dict], a: dict, b: dict, axis: str) -> list[dict]:
         ]
         target = run["skip"][key]
         row = {"seed": run["seed"], "skip": target, "retain_a": run["retain"]["value"]}
-        try:
-            value, bracket = retain_at([(r["skip"][key], r["retain"]["value"]) for r in refs], target)
-            row |= {"retain_b": value, "bracket": bracket, "difference": run["retain"]["value"] - value}
-        except ItemsError as err:
-            row |= {"retain_b": None, "error": str(err)}
+        curves = [_curve_points(r, key) for r in refs if r.get("curve")]
+        candidates = [("curve", pts) for pts in curves] + [
+            ("runs", [(r["skip"][key], r["retain"]["value"]) for r in refs])
+        ]
+        errors = []
+        for via, points in candidates:
+            try:
+                value, bracket = retain_at(points, target)
+            except ItemsError as err:
+                errors.append(f"{via}: {err}")
+                continue
+            row |= {"retain_b": value, "bracket": bracket, "via": via, "difference": run["retain"]["value"] - value}
+            break
+        else:
+            row |= {"retain_b": None, "error": "; ".join(errors)}
         rows.append(row)
     return rows
+
+
+def _curve_points(record: dict, key: str) -> list[tuple[float, float]]:
+    """(skip, Retain) of a run at its trained threshold and at each point of its curve."""
+    points = [(record["skip"][key], record["retain"]["value"])]
+    return points + [
+        (p["skip"][key], p["retain"]["value"])
+        for p in record["curve"]
+        if (p.get("retain") or {}).get("value") is not None
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,15 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"ERROR: --a {args.a}: no completed record with Retain", file=sys.stderr)
         return 2
-    print(f"A = {args.a} at its own {args.axis} skip; B = {args.b} read between its runs of the same seed")
+    print(f"A = {args.a} at its own {args.axis} skip; B = {args.b} at that skip, same seed (its curve, else its runs)")
     for r in rows:
         if r["retain_b"] is None:
             print(f"  seed {r['seed']}: skip {100 * r['skip']:.2f} %, Retain A {r['retain_a']:.2f}; B: {r['error']}")
         else:
             lo, hi = (100 * x for x in r["bracket"])
+            where = "B's curve" if r["via"] == "curve" else "B's runs"
             print(
                 f"  seed {r['seed']}: skip {100 * r['skip']:.2f} %, Retain A {r['retain_a']:.2f}, B {r['retain_b']:.2f} "
-                f"(between B's runs at {lo:.2f} and {hi:.2f} %), A − B {r['difference']:+.2f}"
+                f"(between {where} at {lo:.2f} and {hi:.2f} %), A − B {r['difference']:+.2f}"
             )
     diffs = [r["difference"] for r in rows if r["retain_b"] is not None]
     if len(diffs) > 1:

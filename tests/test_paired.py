@@ -213,3 +213,23 @@ def test_across_runs_reads_b_between_its_runs_of_the_same_seed_on_the_chosen_axi
     records[0]["skip"]["param_rate"] = 0.2
     (outside,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
     assert outside["retain_b"] is None and "outside" in outside["error"]
+
+
+def test_across_runs_prefers_the_curve_of_one_trained_router():
+    """Mutant killed: the curve ignored (B read between separately trained runs although one router covers it)."""
+    from analysis.matched import across_runs
+
+    def rec(variant, param, retain, curve=None):
+        out = {
+            "variant": variant,
+            "seed": 1,
+            "skip": {"param_rate": param, "net_compute_rate": param},
+            "retain": {"value": retain},
+            "eval_meta": {"fingerprint": "f"},
+        }
+        return out | ({"curve": curve} if curve else {})
+
+    curve = [{"threshold": 0.8, "skip": {"param_rate": 0.2, "net_compute_rate": 0.2}, "retain": {"value": 70.0}}]
+    records = [rec("a", 0.15, 80.0), rec("b", 0.1, 90.0, curve), rec("b", 0.3, 0.0)]
+    (row,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
+    assert row["via"] == "curve" and row["retain_b"] == pytest.approx(80.0)
