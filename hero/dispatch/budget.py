@@ -25,7 +25,17 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from hero.dispatch.cost import CONF_DIR, DEVICES, GIB, GPU_UTIL, PlanError, compose_job, fits, job_cost, smallest_fix
+from hero.dispatch.cost import (
+    CONF_DIR,
+    DEVICES,
+    GIB,
+    GPU_UTIL,
+    PlanError,
+    compose_job,
+    fits,
+    job_cost,
+    update_seconds,
+)
 from hero.dispatch.studies import override_key, study_commands
 
 REPO = Path(CONF_DIR).parent
@@ -57,8 +67,11 @@ def launcher_settings(overrides: Sequence[str], config_name: str = "train") -> d
     """The launcher the overrides name (``hydra/launcher=...``): GPUs per job, time limit, parallelism."""
     from hydra import compose, initialize_config_dir
 
-    launcher = [o for o in overrides if override_key(o).startswith("hydra/launcher") or
-                override_key(o).startswith("hydra.launcher")]
+    launcher = [
+        o
+        for o in overrides
+        if override_key(o).startswith("hydra/launcher") or override_key(o).startswith("hydra.launcher")
+    ]
     with initialize_config_dir(CONF_DIR, version_base=None):
         cfg = compose(config_name, overrides=launcher, return_hydra_config=True)
     lc = cfg.hydra.launcher
@@ -83,8 +96,16 @@ def _cost_key(spec) -> str:
     return json.dumps(resolved, sort_keys=True, default=str)
 
 
-def plan_jobs(jobs: list[tuple[str, list[str]]], device, util: float, gpus: int | None, length: int | None,
-              samples: int | None, config_name: str = "train", calibrations: int = 0) -> dict:
+def plan_jobs(
+    jobs: list[tuple[str, list[str]]],
+    device,
+    util: float,
+    gpus: int | None,
+    length: int | None,
+    samples: int | None,
+    config_name: str = "train",
+    calibrations: int = 0,
+) -> dict:
     """Cost every job (label, overrides); distinct configs are built once. ``calibrations``: calibrate.py studies."""
     costs: dict[str, dict] = {}
     trials = measured_trials()
@@ -97,19 +118,20 @@ def plan_jobs(jobs: list[tuple[str, list[str]]], device, util: float, gpus: int 
             cost = job_cost(spec, world, length, samples)
             costs[key] = {"label": label, "spec": spec, "cost": cost, "jobs": 0, "overrides": overrides}
         costs[key]["jobs"] += 1
-        if missing:
-            cal_key = key + str(spec.cfg.calibration.get("target_skip"))
-            needs_cal.setdefault(cal_key, {"key": key, "fraction": float(spec.cfg.calibration.get("trial_fraction", 1.0)
-                                                                        if "trial_fraction" in spec.cfg.calibration
-                                                                        else 1.0)})
+        if missing:  # a knob at `calibrated` with no entry yet: one calibration study per (config, target)
+            fraction = float(spec.cfg.calibration.get("trial_fraction", 1.0))
+            target = spec.cfg.calibration.get("target_skip")
+            needs_cal.setdefault(f"{key}@{target}", {"key": key, "fraction": fraction})
     if config_name == "calibrate":
         for key, entry in costs.items():
             for _ in range(entry["jobs"]):
-                needs_cal[f"{key}#{len(needs_cal)}"] = {"key": key, "fraction": float(
-                    entry["spec"].cfg.calibration.trial_fraction)}
+                needs_cal[f"{key}#{len(needs_cal)}"] = {
+                    "key": key,
+                    "fraction": float(entry["spec"].cfg.calibration.trial_fraction),
+                }
             entry["jobs"] = 0
     rows, total_s, total_gpu_h, longest = [], 0.0, 0.0, 0.0
-    for key, entry in costs.items():
+    for entry in costs.values():
         cost = entry["cost"]
         seconds = cost.seconds(device, util)
         entry["seconds"] = seconds
@@ -120,7 +142,11 @@ def plan_jobs(jobs: list[tuple[str, list[str]]], device, util: float, gpus: int 
     trial_s = 0.0
     for cal in needs_cal.values():
         cost = costs[cal["key"]]["cost"]
-        train_only = cost.updates * cost.flops_update / (device.peak_flops(cost.precision) * util * cost.world)
+        train_only = (
+            cost.updates
+            * update_seconds(cost.flops_update, cost.traffic_update, device, cost.precision, util)
+            / cost.world
+        )
         per_trial = train_only * cal["fraction"]
         trial_s += trials["mean"] * per_trial
         total_gpu_h += trials["mean"] * per_trial * cost.world / 3600
@@ -186,46 +212,72 @@ def hours(s: float) -> str:
 def print_plan(plan: dict, launcher: dict, refuse: callable = None) -> list[str]:
     """Print the plan; returns the refusal lines (a job that does not fit the device)."""
     dev, util = plan["device"], plan["util"]
-    print(f"device {dev.name} ({dev.note}), {dev.memory_gib:g} GB, usable {dev.usable_bytes() / GIB:.1f} GiB; "
-          f"wall time at {util:.0%} of its dense peak")
+    print(
+        f"device {dev.name} ({dev.note}), {dev.memory_gib:g} GB, usable {dev.usable_bytes() / GIB:.1f} GiB; "
+        f"wall time at {util:.0%} of its dense peak"
+    )
     refusals = []
     for e in plan["rows"]:
         c = e["cost"]
         m = c.memory
         ck = "on" if c.checkpointing else "off"
-        print(f"\n[{e['label']}] {e['jobs']} job(s) like: {' '.join(o for o in e['overrides'] if not o.startswith('hydra'))}")
-        print(f"  backbone {c.name}: {c.backbone_params:,} parameters; trainable {c.trainable_params:,}"
-              + (f" (router + η {c.router_params:,})" if c.router_params else "")
-              + f"; routable layers {c.routable_layers[0]}–{c.routable_layers[-1]}" if c.routable_layers else "")
+        print(
+            f"\n[{e['label']}] {e['jobs']} job(s) like: {' '.join(o for o in e['overrides'] if not o.startswith('hydra'))}"
+        )
+        print(
+            f"  backbone {c.name}: {c.backbone_params:,} parameters; trainable {c.trainable_params:,}"
+            + (f" (router + η {c.router_params:,})" if c.router_params else "")
+            + f"; routable layers {c.routable_layers[0]}–{c.routable_layers[-1]}"
+            if c.routable_layers
+            else ""
+        )
         other = sum(c.memory_other.values()) - m["activations"] - m["backward"] - m["lm_head"]
-        print(f"  memory per GPU, GiB: frozen weights {gib(m['frozen_weights'])}, trainable + grads + AdamW "
-              f"{gib(m['trainable_state'])}, activations {gib(m['activations'])} + backward {gib(m['backward'])} "
-              f"+ LM head {gib(m['lm_head'])} (micro-batch {c.micro_batch} × {c.length}, checkpointing {ck}; "
-              f"{'off' if c.checkpointing else 'on'}: {gib(sum(m.values()) + other)}) = {gib(sum(m.values()))}"
-              + (f"; evaluation {gib(c.eval_memory)}" if c.eval_memory else ""))
-        print(f"  FLOPs per update {c.flops_update:.3g} (global batch over {c.world} GPU(s), mean padded length "
-              f"{c.mean_length:.0f}), {c.updates:,} updates"
-              + (f"; per evaluation {c.flops_eval:.3g}" if c.flops_eval else "; evaluation not modelled"))
-        print(f"  wall time per job {hours(e['seconds'])} on {c.world} × {dev.name}"
-              f" = {e['seconds'] * c.world / 3600:.2f} GPU-h")
+        print(
+            f"  memory per GPU, GiB: frozen weights {gib(m['frozen_weights'])}, trainable + grads + AdamW "
+            f"{gib(m['trainable_state'])}, activations {gib(m['activations'])} + backward {gib(m['backward'])} "
+            f"+ LM head {gib(m['lm_head'])} (micro-batch {c.micro_batch} × {c.length}, checkpointing {ck}; "
+            f"{'off' if c.checkpointing else 'on'}: {gib(sum(m.values()) + other)}) = {gib(sum(m.values()))}"
+            + (f"; evaluation {gib(c.eval_memory)}" if c.eval_memory else "")
+        )
+        print(
+            f"  FLOPs per update {c.flops_update:.3g} (global batch over {c.world} GPU(s), mean padded length "
+            f"{c.mean_length:.0f}), {c.updates:,} updates"
+            + (f"; per evaluation {c.flops_eval:.3g}" if c.flops_eval else "; evaluation not modelled")
+        )
+        print(
+            f"  wall time per job {hours(e['seconds'])} on {c.world} × {dev.name}"
+            f" = {e['seconds'] * c.world / 3600:.2f} GPU-h"
+        )
         if not fits(c, dev) and refuse is not None:
             fix = refuse(e)
-            line = (f"REFUSED [{e['label']}]: needs {c.peak_bytes / GIB:.1f} GiB per GPU, {dev.name} has "
-                    f"{dev.usable_bytes() / GIB:.1f} GiB usable; smallest change that fits: {fix or 'none found'}")
+            line = (
+                f"REFUSED [{e['label']}]: needs {c.peak_bytes / GIB:.1f} GiB per GPU, {dev.name} has "
+                f"{dev.usable_bytes() / GIB:.1f} GiB usable; smallest change that fits: {fix or 'none found'}"
+            )
             refusals.append(line)
             print("  " + line)
     t = plan["trials"]
-    print(f"\nstudy: {plan['jobs']} job(s), {hours(plan['job_seconds'])} of job time; "
-          f"{plan['calibration_studies']} calibration stud(ies) to run, ~{plan['expected_trials']:.0f} trials "
-          f"(mean {t['mean']:.1f}, max {t['max']} over {t['studies']} measured studies), {hours(plan['trial_seconds'])}")
+    print(
+        f"\nstudy: {plan['jobs']} job(s), {hours(plan['job_seconds'])} of job time; "
+        f"{plan['calibration_studies']} calibration stud(ies) to run, ~{plan['expected_trials']:.0f} trials "
+        f"(mean {t['mean']:.1f}, max {t['max']} over {t['studies']} measured studies), {hours(plan['trial_seconds'])}"
+    )
     print(f"total {plan['gpu_hours']:.1f} GPU-hours on {dev.name} at {util:.0%}")
     gpus = launcher.get("gpus_per_job")
-    print(f"launcher {launcher['name']}: GPUs per job {gpus if gpus else '— (CPU)'}, time limit "
-          f"{plan['time_limit_min']} min (longest job × {MARGIN} + {MARGIN_MIN} min)"
-          + (f"; the launcher sets {launcher['timeout_min']} min"
-             + (" — too short, raise hydra.launcher.timeout_min (a killed job requeues and resumes)"
-                if launcher["timeout_min"] and launcher["timeout_min"] < plan["time_limit_min"] else "")
-             if launcher.get("timeout_min") else ""))
+    print(
+        f"launcher {launcher['name']}: GPUs per job {gpus if gpus else '— (CPU)'}, time limit "
+        f"{plan['time_limit_min']} min (longest job × {MARGIN} + {MARGIN_MIN} min)"
+        + (
+            f"; the launcher sets {launcher['timeout_min']} min"
+            + (
+                " — too short, raise hydra.launcher.timeout_min (a killed job requeues and resumes)"
+                if launcher["timeout_min"] and launcher["timeout_min"] < plan["time_limit_min"]
+                else ""
+            )
+            if launcher.get("timeout_min")
+            else ""
+        )
+    )
     return refusals
 
 
@@ -239,11 +291,10 @@ def device_named(name: str, gflops: float | None = None):
     from hero.dispatch.cost import cpu_device, device_names
 
     if name == "cpu":
-        if gflops is None:
-            from hero.bench.train import sgemm_flops_per_s
+        from hero.dispatch.measure import host_rates
 
-            gflops = sgemm_flops_per_s() / 1e9
-        return cpu_device(gflops)
+        rate, bandwidth = host_rates()
+        return cpu_device(gflops or rate / 1e9, bandwidth / 1e9)
     if name not in DEVICES:
         raise PlanError(f"--device {name}: unknown; allowed: {device_names()}")
     return DEVICES[name]

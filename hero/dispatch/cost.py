@@ -8,8 +8,10 @@ adapters attached by the code that trains them; no weights read), then counts:
     frozen weights                         Σ numel · itemsize of the parameters that do not train
     trainable state                        Σ numel · itemsize · 4: the tensor, its gradient, AdamW's two moments
     activations (per GPU)                  N = micro_batch · length tokens per micro-batch, kept for backward:
-        per trainable-path layer             a·N·(3·d + 4·H·h + 3·f) + mask N·length·4 (attention with padding)
-        per routable block, router           a·N·(3·d + 3·w_c + 3·w_θ + 2·w_p + 10·d_m) + a·N·d_m² (S, blocks j > 1)
+        per trainable-path layer             a·N·(3·d + 4·H·h + 3·f) + mask N·length·4 (attention with padding),
+                                             but the first (its input needs no gradient: nothing trains below)
+        per routable block, router           a·N·(4·d + 3·w_c + 3·w_θ + 2·w_p + s + d_m + 7),
+                                             + a·N·(8·d_m + d_m²) at blocks j > 1 (the memory read, S_{j−1})
         LM head                              N·V·(4 + 4 + a): logits, their fp32 copy for the loss, its gradient
       with gradient checkpointing          each checkpointed block keeps only its inputs a·N·(d + d_m² + d_m), and
                                            one block's activations live at a time while it is recomputed
@@ -53,6 +55,7 @@ class Device:
     memory_gib: float
     bf16_tflops: float
     fp32_tflops: float
+    bandwidth_gbs: float  # memory bandwidth, GB/s
     note: str = ""
 
     def usable_bytes(self) -> float:
@@ -67,32 +70,37 @@ class Device:
 
 # Vendor datasheets, dense (no 2:4 sparsity), bf16 with fp32 accumulate.
 DEVICES = {
-    "h100": Device("h100", 80, 989, 495, "H100 SXM 80 GB"),
-    "h100-pcie": Device("h100-pcie", 80, 756, 378, "H100 PCIe 80 GB"),
-    "a100-80gb": Device("a100-80gb", 80, 312, 156, "A100 SXM 80 GB"),
-    "l40s": Device("l40s", 48, 362, 183, "L40S 48 GB"),
+    "h100": Device("h100", 80, 989, 495, 3350, "H100 SXM 80 GB"),
+    "h100-pcie": Device("h100-pcie", 80, 756, 378, 2000, "H100 PCIe 80 GB"),
+    "a100-80gb": Device("a100-80gb", 80, 312, 156, 2039, "A100 SXM 80 GB"),
+    "l40s": Device("l40s", 48, 362, 183, 864, "L40S 48 GB"),
     # The paper's cards: 4 x RTX 4090D with 48 GB (HERO_SPEC §6). The 4090's 165 TFLOP/s bf16 (fp32 accumulate,
     # Ada whitepaper) scaled by the 4090D's 114 of 128 SMs.
-    "rtx4090d-48gb": Device("rtx4090d-48gb", 48, 147, 73.5, "RTX 4090D 48 GB (the paper's)"),
-    "rtx-a6000": Device("rtx-a6000", 48, 155, 77.4, "RTX A6000 48 GB"),
-    "l40": Device("l40", 48, 181, 90.5, "L40 48 GB"),
-    "a40": Device("a40", 48, 150, 74.8, "A40 48 GB"),
+    "rtx4090d-48gb": Device("rtx4090d-48gb", 48, 147, 73.5, 1008, "RTX 4090D 48 GB (the paper's)"),
+    "rtx-a6000": Device("rtx-a6000", 48, 155, 77.4, 768, "RTX A6000 48 GB"),
+    "l40": Device("l40", 48, 181, 90.5, 864, "L40 48 GB"),
+    "a40": Device("a40", 48, 150, 74.8, 696, "A40 48 GB"),
 }
 # Utilisation assumed for a GPU row unless --util says otherwise: a share of the dense peak typical of a
 # Hugging Face training step with gradient checkpointing (not measured here: no GPU in this project's runs).
 GPU_UTIL = 0.4
-# Utilisation of this CPU's 1-thread SGEMM rate that the planner's FLOPs reach in a real update: measured
-# (docs/planner/README.md: achieved FLOPs / (process time × SGEMM rate) on the testbed and SmolLM2).
-CPU_UTIL = 0.45
+# This CPU: the matmuls at its measured 1-thread SGEMM rate (utilisation 1), the rest of an update memory-bound.
+CPU_UTIL = 1.0
+# Bytes an update moves through memory per byte of activations it produces (forward writes them, backward reads
+# them and writes and reads their gradients; elementwise passes in the router and norms read them again): fitted
+# once on the testbed's measured updates (docs/planner/README.md), then held against SmolLM2's.
+TRAFFIC_PER_ACTIVATION_BYTE = 19.0
 
 
-def cpu_device(gflops: float, memory_gib: float | None = None) -> Device:
-    """This machine: ``gflops`` its measured 1-thread float32 SGEMM rate (bf16 counted at the same rate)."""
+def cpu_device(gflops: float, bandwidth_gbs: float, memory_gib: float | None = None) -> Device:
+    """This machine, one thread: ``gflops`` its float32 SGEMM rate and ``bandwidth_gbs`` its copy bandwidth (read +
+    write), both on the process clock (``hero.dispatch.measure.host_rates``); bf16 counted at the fp32 rate."""
     if memory_gib is None:
         import os
 
         memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
-    return Device("cpu", memory_gib, gflops / 1e3, gflops / 1e3, f"this CPU, 1 thread, SGEMM {gflops:.1f} GFLOP/s")
+    note = f"this CPU, 1 thread, SGEMM {gflops:.0f} GFLOP/s, copy {bandwidth_gbs:.1f} GB/s"
+    return Device("cpu", memory_gib, gflops / 1e3, gflops / 1e3, bandwidth_gbs, note)
 
 
 def device_names() -> str:
@@ -102,16 +110,31 @@ def device_names() -> str:
 # Known backbone shapes (public configs), used when model.path is a hub id this machine cannot read.
 KNOWN_SHAPES = {
     "llama3_1_8b": dict(
-        hidden_size=4096, num_hidden_layers=32, intermediate_size=14336, num_attention_heads=32,
-        num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        tie_word_embeddings=False,
     ),
     "llama2_7b": dict(
-        hidden_size=4096, num_hidden_layers=32, intermediate_size=11008, num_attention_heads=32,
-        num_key_value_heads=32, vocab_size=32000, tie_word_embeddings=False,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        vocab_size=32000,
+        tie_word_embeddings=False,
     ),
     "llama2_13b": dict(
-        hidden_size=5120, num_hidden_layers=40, intermediate_size=13824, num_attention_heads=40,
-        num_key_value_heads=40, vocab_size=32000, tie_word_embeddings=False,
+        hidden_size=5120,
+        num_hidden_layers=40,
+        intermediate_size=13824,
+        num_attention_heads=40,
+        num_key_value_heads=40,
+        vocab_size=32000,
+        tie_word_embeddings=False,
     ),
 }
 # Training samples of a hub data set this machine cannot read: Tulu-3 SFT mixture, 939,344 (HERO_SPEC §6).
@@ -144,7 +167,7 @@ def compose_job(overrides, config_name: str = "train", report_missing: bool = Fa
             with initialize_config_dir(CONF_DIR, version_base=None):
                 cfg = compose(config_name, overrides=list(chosen))
         except HydraException as err:
-            raise PlanError(" ".join(str(err).split())) from None
+            raise PlanError(" ".join(str(err).split("Config search path")[0].split())) from None
         return RunSpec.resolve(cfg)
 
     missing = False
@@ -216,6 +239,7 @@ class JobCost:
     memory: dict = field(default_factory=dict)  # bytes per GPU by part
     memory_other: dict = field(default_factory=dict)  # the activations with checkpointing toggled
     flops_update: float = 0.0  # per update, summed over the GPUs
+    traffic_update: float = 0.0  # bytes moved through memory per update, summed over the GPUs
     flops_eval: float | None = None
     eval_memory: float | None = None
 
@@ -225,20 +249,39 @@ class JobCost:
 
     def seconds(self, device: Device, util: float) -> float:
         """Wall time of the job on ``world`` such devices: training + evaluation at ``util`` of the dense peak."""
-        rate = device.peak_flops(self.precision) * util
-        train = self.updates * self.flops_update / (rate * self.world)
-        return train + (self.flops_eval or 0.0) / (device.peak_flops("bf16" if device.name != "cpu" else "fp32") * util)
+        train = self.updates * update_seconds(self.flops_update, self.traffic_update, device, self.precision, util)
+        return train / self.world + (self.flops_eval or 0.0) / (device.peak_flops(self.precision) * util)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def update_seconds(flops_: float, traffic: float, device: Device, precision: str, util: float) -> float:
+    """Seconds of one update on one device: its FLOPs at ``util`` of the dense peak, plus its memory traffic at the
+    device's bandwidth (the roofline's two sides added, as an update alternates matmuls and elementwise passes)."""
+    return flops_ / (device.peak_flops(precision) * util) + traffic / (device.bandwidth_gbs * 1e9)
+
+
+def update_traffic(acts_full: dict) -> float:
+    """Bytes one micro-batch moves: ``TRAFFIC_PER_ACTIVATION_BYTE`` × what its forward produces (the activations
+    without checkpointing and one copy of the logits, ``activations(..., checkpointing=False)``)."""
+    return TRAFFIC_PER_ACTIVATION_BYTE * (acts_full["activations"] + acts_full["logits"])
 
 
 def activation_width(spec) -> int:
     return 2 if spec.trainer.precision == "bf16" else 4
 
 
-def activations(shape: flops.Shape, router, tokens: int, length: int, trainable_path: int, routable: int,
-                a: int, checkpointing: bool) -> dict:
+def activations(
+    shape: flops.Shape,
+    router,
+    tokens: int,
+    length: int,
+    trainable_path: int,
+    routable: int,
+    a: int,
+    checkpointing: bool,
+) -> dict:
     """Bytes kept for backward in one micro-batch of ``tokens`` positions (sequences of ``length``), by part.
 
     ``trainable_path``: decoder layers from the first routable one up (what backward runs through);
@@ -247,27 +290,59 @@ def activations(shape: flops.Shape, router, tokens: int, length: int, trainable_
     layer = a * tokens * (3 * d + 4 * hh + 3 * f) + tokens * length * 4
     m = router.memory_dim if router is not None else 0
     if router is not None and router.history_branch:
-        block = a * tokens * (3 * d + 3 * router.content_hidden + 3 * router.head_hidden + 2 * router.path_hidden
-                              + 10 * m)
+        # norms' inputs and the gated FFN's input (4·d), the content encoder (3·w_c), the history head and local
+        # head (3·w_θ), the path encoder (2·w_p), the history head's input (s + d_m + 1), path features (6)
+        block = (
+            a
+            * tokens
+            * (
+                4 * d
+                + 3 * router.content_hidden
+                + 3 * router.head_hidden
+                + 2 * router.path_hidden
+                + router.state_dim
+                + m
+                + 1
+                + 6
+            )
+        )
+        # blocks j > 1 read the memory: q, φ(q), the read, its projections for ν (8·d_m) and S_{j−1} (d_m²)
+        later = a * tokens * 8 * m if router.memory_read else 0
         carry = a * tokens * m * m if router.memory_read else 0
     elif router is not None:
         local = router.local_head_hidden if isinstance(router.local_head_hidden, int) else router.head_hidden
-        block, carry = a * tokens * (3 * d + 3 * local), 0
+        block, later, carry = a * tokens * (4 * d + 3 * local), 0, 0
     else:
-        block, carry = 0, 0
-    head = tokens * shape.vocab * (4 + 4 + a)
+        block, later, carry = 0, 0, 0
+    # logits (a), their fp32 copy for the loss (none in fp32), the log-softmax (4), its gradient (4), the logits'
+    # gradient (a): 16 bytes per (position, vocabulary entry) either way
+    head = tokens * shape.vocab * (a + (4 if a != 4 else 0) + 4 + 4 + a)
     # backward's working set through one block: the gradients of its FFN and residual stream and of the memory
     # state S (the carry's gradient, S_j's and ρ·S_{j-1}'s) live at once
-    working = a * tokens * (2 * f + 4 * d) + 3 * carry if trainable_path else 0
+    working = a * tokens * (2 * f + 4 * d) + (3 * carry if routable > 1 else 0) if trainable_path else 0
     if not checkpointing:
-        kept = trainable_path * layer + routable * block + max(routable - 1, 0) * carry
-        return {"activations": kept, "backward": working, "lm_head": head}
+        # the first layer of the path keeps nothing of its own: its input needs no gradient (nothing trains below)
+        kept = max(trainable_path - 1, 0) * layer + routable * block + max(routable - 1, 0) * (carry + later)
+        kept += a * tokens * d if trainable_path else 0  # the final norm's input
+        return {"activations": kept, "backward": working, "lm_head": head, "logits": tokens * shape.vocab * a}
     inputs = trainable_path * a * tokens * d + max(routable - 1, 0) * (carry + a * tokens * m)
-    return {"activations": inputs + layer + block + carry, "backward": working, "lm_head": head}
+    return {
+        "activations": inputs + layer + block + later + carry,
+        "backward": working,
+        "lm_head": head,
+        "logits": tokens * shape.vocab * a,
+    }
 
 
-def update_flops(shape: flops.Shape, router_per_token: float, adapter_dim: int, first: int, positions: float,
-                 length: float, checkpointing: bool) -> float:
+def update_flops(
+    shape: flops.Shape,
+    router_per_token: float,
+    adapter_dim: int,
+    first: int,
+    positions: float,
+    length: float,
+    checkpointing: bool,
+) -> float:
     """FLOPs of one update over ``positions`` padded positions (sequences of mean padded ``length``)."""
     tokens_per_seq = max(length, 1.0)
     sequences = positions / tokens_per_seq
@@ -297,8 +372,10 @@ def data_positions(spec, bed, world: int, updates: int) -> tuple[float, float]:
 
     tok = AutoTokenizer.from_pretrained(str(bed.backbone_dir))
     convs = load_conversations(spec.data, bed)
-    lengths = [len(tokenize_conversation(tok, c, spec.data.max_length, spec.data.assistant_only_loss)["input_ids"])
-               for c in convs]
+    lengths = [
+        len(tokenize_conversation(tok, c, spec.data.max_length, spec.data.assistant_only_loss)["input_ids"])
+        for c in convs
+    ]
     tcfg = spec.trainer
     order = sample_order(len(lengths), updates, tcfg.global_batch, spec.seed)
     total = 0
@@ -330,8 +407,9 @@ def resolve_router(spec, shape: flops.Shape, layers):
     return resolve_matched(spec.options["router"], shape.hidden, len(layers))
 
 
-def job_cost(spec, world: int = 1, length: int | None = None, samples: int | None = None,
-             trial_fraction: float = 1.0) -> JobCost:
+def job_cost(
+    spec, world: int = 1, length: int | None = None, samples: int | None = None, trial_fraction: float = 1.0
+) -> JobCost:
     """The cost of one job (module docstring). ``length``: padded tokens per sequence to assume where the data is
     not on this machine (default data.max_length, an upper bound); ``samples``: its training set size."""
     from hero.training import total_updates
@@ -361,6 +439,7 @@ def job_cost(spec, world: int = 1, length: int | None = None, samples: int | Non
     ckpt = bool(tcfg.gradient_checkpointing)
     acts = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, ckpt)
     other = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, not ckpt)
+    acts.pop("logits"), other.pop("logits")
     memory = {
         "frozen_weights": sum(p.numel() * p.element_size() for p in frozen),
         "trainable_state": 4 * sum(p.numel() * p.element_size() for p in trainable),
@@ -376,13 +455,19 @@ def job_cost(spec, world: int = 1, length: int | None = None, samples: int | Non
         per_block, adapter_dim = spec.method.compute_cost(spec.resolved, shape, len(layers))
         router_tok = float(sum(per_block))
     fl = update_flops(shape, router_tok, adapter_dim or 0, first, positions, mean_len, ckpt)
+    produced = activations(
+        shape, router, positions, int(round(mean_len)), trains_path, len(layers) if router else 0, a, False
+    )
+    traffic = update_traffic(produced) * (4 / 3 if ckpt else 1.0)  # checkpointing runs the forward twice
     eval_flops = eval_mem = None
     if spec.evaluates and spec.eval.suite in EVAL_TOKENS and trial_fraction >= 1.0:
         ev_tokens, ev_len = EVAL_TOKENS[spec.eval.suite]
         per_token = flops.backbone_flops_per_token(shape, ev_len)["total"] + router_tok
         eval_flops = ev_tokens * per_token
-        eval_mem = memory["frozen_weights"] + memory["trainable_state"] / 4 + int(spec.eval.batch_size) * ev_len * (
-            shape.vocab * (2 + 4) + 4 * shape.hidden * 4
+        eval_mem = (
+            memory["frozen_weights"]
+            + memory["trainable_state"] / 4
+            + int(spec.eval.batch_size) * ev_len * (shape.vocab * (2 + 4) + 4 * shape.hidden * 4)
         )
     counts = getattr(model, "hero_param_counts", None)
     return JobCost(
@@ -401,6 +486,7 @@ def job_cost(spec, world: int = 1, length: int | None = None, samples: int | Non
         memory=memory,
         memory_other=other,
         flops_update=fl,
+        traffic_update=traffic,
         flops_eval=eval_flops,
         eval_memory=eval_mem,
     )
@@ -421,8 +507,9 @@ def smallest_fix(spec_overrides: list[str], cost: JobCost, device: Device, repla
     mb = cost.micro_batch
     while mb > 1:
         mb //= 2
-        candidates.append([*(["trainer.gradient_checkpointing=true"] if not cost.checkpointing else []),
-                           f"trainer.micro_batch={mb}"])
+        candidates.append(
+            [*(["trainer.gradient_checkpointing=true"] if not cost.checkpointing else []), f"trainer.micro_batch={mb}"]
+        )
     for extra in candidates:
         tried = extra
         alt = replan(extra)

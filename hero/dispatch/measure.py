@@ -10,27 +10,30 @@ micro-batches of the run's own seeded sample order. It records, per update:
     saved_bytes     bytes autograd kept for backward at the end of the micro-batch's forward (every saved tensor's
                     storage once; ``torch.autograd.graph.saved_tensors_hooks``), the largest micro-batch's
 
-and, for the whole process, ``rss_peak_bytes``: the resident set's high-water mark (``ru_maxrss``) after the
-updates minus the one measured before the backbone was loaded, i.e. every byte the run added (weights,
-trainable state, activations, logits, allocator slack, data). ``sgemm_gflops`` is the host's 1-thread float32
-SGEMM rate measured in the same process (``hero.bench.train.sgemm_flops_per_s``), the peak the planner's CPU
-row divides by. Used by ``tests/test_planner_measured.py`` and the table in docs/planner.
+and, over the updates, ``rss_update_bytes``: the resident set's high-water mark (``VmHWM``, reset once the run is
+loaded) minus the resident set then: what the updates added (trainable gradients and AdamW state, activations,
+logits and their gradients, backward's working set). Run it with ``MALLOC_MMAP_THRESHOLD_=1048576`` so that glibc
+hands every freed large tensor back (otherwise its heap keeps freed blocks and the high-water mark counts them).
+``sgemm_gflops`` / ``bandwidth_gbs`` are the host's 1-thread SGEMM rate and copy bandwidth on the process clock
+(``host_rates``), the CPU row the planner predicts with; ``sgemm_wall_gflops`` the bench's own wall-clock figure.
+
+    MALLOC_MMAP_THRESHOLD_=1048576 python -m hero.dispatch.measure [--updates N] [overrides]   # JSON: compare()
+
+Used by ``tests/test_planner_measured.py`` and the table in docs/planner.
 """
 
 from __future__ import annotations
 
 import gc
-import resource
+import json
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
 from hero.dispatch.cost import compose_job
-
-
-def _rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
 def _status_bytes(key: str) -> int:
@@ -45,17 +48,27 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def sgemm_cpu_flops_per_s(n: int = 1024, repeats: int = 7) -> float:
-    """``hero.bench.train.sgemm_flops_per_s`` on the process clock: the same 1024³ float32 matmul, timed in CPU
-    seconds as the updates are, so that other processes on a shared machine slow neither figure."""
+def host_rates(n: int = 1024, repeats: int = 9) -> tuple[float, float]:
+    """(float32 SGEMM FLOP/s, copy bandwidth bytes/s) of one thread of this machine, on the process clock.
+
+    The SGEMM is ``hero.bench.train.sgemm_flops_per_s``'s 1024³ matmul, timed in CPU seconds (as the updates are)
+    and taken at its best repeat, so that other processes sharing the cores slow neither figure; the bandwidth is a
+    256 MiB float32 copy (bytes read + written), best repeat."""
+    torch.set_num_threads(1)
     a, b = torch.randn(n, n), torch.randn(n, n)
+    x = torch.randn(64 * 1024 * 1024)
+    y = torch.empty_like(x)
     a @ b
-    times = []
+    y.copy_(x)
+    mm, cp = [], []
     for _ in range(repeats):
         start = time.process_time()
         a @ b
-        times.append(time.process_time() - start)
-    return 2 * n**3 / sorted(times)[len(times) // 2]
+        mm.append(time.process_time() - start)
+        start = time.process_time()
+        y.copy_(x)
+        cp.append(time.process_time() - start)
+    return 2 * n**3 / min(mm), 2 * x.numel() * 4 / min(cp)
 
 
 def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads: int = 1) -> dict:
@@ -70,14 +83,15 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
     set_threads(spec.trainer)
     torch.set_num_threads(threads)
     sgemm_wall = sgemm_flops_per_s()
-    sgemm = sgemm_cpu_flops_per_s()
-    rss_before = _rss_bytes()
+    sgemm, bandwidth = host_rates()
     loaded = spec.load(device="cpu")
     seed_everything(spec.seed)
     tok = loaded.backbone.tokenizer
     prepared = spec.method.prepare(spec, loaded.backbone.model, tok, loaded.layers, loaded.bed)
     model, tcfg = prepared.model, spec.trainer
-    dataset = SFTDataset(load_conversations(spec.data, loaded.bed), tok, spec.data.max_length, spec.data.assistant_only_loss)
+    dataset = SFTDataset(
+        load_conversations(spec.data, loaded.bed), tok, spec.data.max_length, spec.data.assistant_only_loss
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     if tcfg.gradient_checkpointing:
@@ -131,16 +145,22 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
         optimizer.zero_grad(set_to_none=True)
         if u >= warmup:
             rows.append(
-                {"time_s": time.process_time() - start, "positions": positions, "saved_bytes": saved_peak,
-                 "micro_batches": micro_batches, "largest_micro_batch": biggest}
+                {
+                    "time_s": time.process_time() - start,
+                    "positions": positions,
+                    "saved_bytes": saved_peak,
+                    "micro_batches": micro_batches,
+                    "largest_micro_batch": biggest,
+                }
             )
     return {
         "overrides": list(overrides),
         "threads": threads,
         "sgemm_gflops": sgemm / 1e9,
         "sgemm_wall_gflops": sgemm_wall / 1e9,
+        "bandwidth_gbs": bandwidth / 1e9,
         "updates": rows,
-        "rss_peak_bytes": _rss_bytes() - rss_before,
+        "trainable_params": sum(p.numel() for p in params),
         "rss_update_bytes": _status_bytes("VmHWM") - rss_loaded,
     }
 
@@ -148,7 +168,8 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
 def compare(measured: dict, util: float) -> dict:
     """The planner's figures for the very micro-batches ``measured`` ran, beside what they measured.
 
-    time: Σ over micro-batches of ``cost.update_flops`` (their own B × padded length) / (SGEMM rate × ``util``);
+    time: ``cost.update_seconds`` of Σ over micro-batches of ``cost.update_flops`` and ``cost.update_traffic`` (their
+    own B × padded length) on this CPU (SGEMM rate at ``util``, copy bandwidth);
     activations: ``cost.activations`` of the largest micro-batch (saved tensors only: the LM head's figure is
     logits + their gradient, of which autograd keeps one fp32 copy); rss: the planner's per-GPU total
     (weights, trainable state, activations and LM head of the largest micro-batch) against the RSS rise."""
@@ -162,12 +183,18 @@ def compare(measured: dict, util: float) -> dict:
     per_block, adapter_dim = spec.method.compute_cost(spec.resolved, shape, len(layers))
     first, a = min(layers), cost.activation_width(spec)
     ckpt = bool(spec.trainer.gradient_checkpointing)
+    device = cost.cpu_device(measured["sgemm_gflops"], measured["bandwidth_gbs"])
+    path, routable = shape.layers - first, len(layers)
     rows = []
     for u in measured["updates"]:
         fl = sum(
             cost.update_flops(shape, float(sum(per_block)), adapter_dim, first, b * t, t, ckpt)
             for b, t, _ in u["micro_batches"]
         )
+        traffic = sum(
+            cost.update_traffic(cost.activations(shape, router, b * t, t, path, routable, a, False))
+            for b, t, _ in u["micro_batches"]
+        ) * (4 / 3 if ckpt else 1.0)
         b, t, saved = max(u["micro_batches"], key=lambda m: m[0] * m[1])
         acts = cost.activations(shape, router, b * t, t, shape.layers - first, len(layers), a, ckpt)
         saved_pred = acts["activations"] + b * t * shape.vocab * 4  # + the one fp32 logits copy autograd keeps
@@ -180,13 +207,19 @@ def compare(measured: dict, util: float) -> dict:
             + acts["backward"]
             + acts["lm_head"]
         )
-        dynamic = 3 * sum(p.numel() * p.element_size() for p in trainable) + acts["activations"] + acts["backward"] + acts["lm_head"]
+        dynamic = (
+            3 * sum(p.numel() * p.element_size() for p in trainable)
+            + acts["activations"]
+            + acts["backward"]
+            + acts["lm_head"]
+        )
         rows.append(
             {
                 "time_s": u["time_s"],
                 "predicted_update_bytes": dynamic,
-                "predicted_time_s": fl / (measured["sgemm_gflops"] * 1e9 * util),
+                "predicted_time_s": cost.update_seconds(fl, traffic, device, spec.trainer.precision, util),
                 "flops": fl,
+                "traffic_bytes": traffic,
                 "achieved_util": fl / (u["time_s"] * measured["sgemm_gflops"] * 1e9),
                 "saved_bytes": saved,
                 "predicted_saved_bytes": saved_pred,
@@ -200,8 +233,35 @@ def compare(measured: dict, util: float) -> dict:
         "util": util,
         "updates": rows,
         "median": med,
-        "rss_peak_bytes": measured["rss_peak_bytes"],
+        "trainable_params": measured["trainable_params"],
+        "predicted_trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "rss_update_bytes": measured["rss_update_bytes"],
         "predicted_update_bytes": max(r["predicted_update_bytes"] for r in rows),
         "predicted_total_bytes": max(r["predicted_total_bytes"] for r in rows),
     }
+
+
+def main(argv: list[str]) -> int:
+    """``[--updates N] [--out FILE] overrides...``: the comparison as JSON, on stdout's last line or into FILE."""
+    updates, out_path = 3, None
+    while argv[:1] in (["--updates"], ["--out"]):
+        if argv[0] == "--updates":
+            updates = int(argv[1])
+        else:
+            out_path = argv[1]
+        argv = argv[2:]
+    text = json.dumps(compare(measure(argv, updates=updates), util=cost_util()))
+    if out_path:
+        Path(out_path).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+def cost_util() -> float:
+    from hero.dispatch.cost import CPU_UTIL
+
+    return CPU_UTIL
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

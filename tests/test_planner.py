@@ -1,0 +1,137 @@
+"""The sweep planner (``python -m hero.dispatch plan``, ``hero.dispatch.cost`` / ``budget``) on the paper's backbones,
+built on the meta device through the methods' own ``prepare``: parameter counts against the paper's and the
+committed records', memory that refuses what does not fit, and bad input in one line. Seconds each, no weights."""
+
+from __future__ import annotations
+
+import pytest
+
+from hero.dispatch import budget, cost
+from hero.dispatch.__main__ import main
+from hero.dispatch.studies import load_study
+
+PAPER = ["model=llama3_1_8b", "data=tulu3", "trainer=paper", "eval=paper7", "alpha=1e-3"]
+
+
+@pytest.fixture(scope="module")
+def paper_cost():
+    return cost.job_cost(cost.compose_job(PAPER), world=4)
+
+
+def test_llama3_8b_counts_on_the_meta_device(paper_cost):
+    """Backbone 8,030,261,248 (Llama-3.1-8B's own count); router + η 2,169,138 for full HeRo on the second half, as
+    the studies README measured (kills: a wrong layer set, a router built outside ``method.prepare``, counting
+    the adapters as router)."""
+    assert paper_cost.backbone_params == 8_030_261_248
+    assert paper_cost.router_params == 2_169_138
+    assert paper_cost.routable_layers == list(range(16, 32))
+    # adapters at d_r = 7/32 · d = 896 per routable layer (eq 2), the rest of what trains
+    assert paper_cost.trainable_params - paper_cost.router_params == 16 * 2 * 4096 * 896
+
+
+def test_param_matched_control_count_is_the_papers():
+    """The parameter-matched local control: 2,167,857 router + η parameters (docs/studies/README.md) — built on
+    the meta device at its resolved local-head width (kills: ``resolve_matched`` skipped in the planner)."""
+    spec = cost.compose_job([*PAPER, "ablation=param_matched_local"])
+    c = cost.job_cost(spec, world=4)
+    assert c.router_params == 2_167_857
+
+
+def test_paper_recipe_updates_and_memory(paper_cost):
+    """One epoch of Tulu-3 at global batch 128: 7,339 updates (the paper's); bf16 weights 2 bytes each; with
+    checkpointing the job fits a 48 GB card, without it it does not (kills: fp32 weights, checkpointing ignored)."""
+    assert paper_cost.updates == 7339
+    assert paper_cost.memory["frozen_weights"] == pytest.approx(2 * (8_030_261_248), rel=1e-9)
+    # trainable tensors in fp32, with a gradient and AdamW's two moments
+    assert paper_cost.memory["trainable_state"] == 16 * paper_cost.trainable_params
+    card = cost.DEVICES["rtx4090d-48gb"]
+    assert cost.fits(paper_cost, card)
+    assert sum(paper_cost.memory_other.values()) > paper_cost.memory["activations"] * 3
+
+
+def test_flops_per_update_are_forward_backward_and_recompute(paper_cost):
+    """Per token at length 2048: the forward (≈ 2 · 8.0e9 + attention) + backward through the top 16 layers and
+    the head + their recompute: between 3 and 4 × 2 · 8e9 / 2 ... i.e. 27-33 GFLOP/token (kills: the backward
+    charged for all 32 layers, or no recompute)."""
+    per_token = paper_cost.flops_update / (128 * 2048)
+    assert 27e9 < per_token < 33e9
+
+
+def test_refusal_names_the_smallest_change_that_fits(capsys):
+    """Without gradient checkpointing the recipe does not fit a 48 GB card: exit 1 and one line naming
+    ``trainer.gradient_checkpointing=true`` (kills: a refusal that suggests a bigger card first, or none)."""
+    rc = main(
+        [
+            "plan",
+            "--device",
+            "rtx4090d-48gb",
+            "--gpus",
+            "4",
+            "--",
+            "python",
+            "train.py",
+            *PAPER,
+            "trainer.gradient_checkpointing=false",
+        ]
+    )
+    out = capsys.readouterr().out
+    refused = [line for line in out.splitlines() if "REFUSED" in line]
+    assert rc == 1 and len(refused) == 1
+    assert "smallest change that fits: trainer.gradient_checkpointing=true" in refused[0]
+
+
+def test_study_plan_counts_jobs_and_launcher(capsys):
+    """Table 3: 15 jobs (its expected_jobs), 4 GPUs per job from slurm_4gpu_ddp, GPU-hours = jobs × hours × 4."""
+    rc = main(["plan", "sweeps/table3.yaml", "hydra/launcher=slurm_4gpu_ddp", "--device", "h100"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "study: 15 job(s)" in out
+    assert "GPUs per job 4" in out
+
+
+def test_plan_jobs_adds_up_gpu_hours():
+    """GPU-hours = Σ jobs × wall time × GPUs (kills: GPUs per job left out of the total)."""
+    jobs = budget.study_jobs(load_study("sweeps/table3.yaml"), [])
+    plan = budget.plan_jobs(jobs[:3], cost.DEVICES["h100"], 0.4, 4, None, None)
+    row = plan["rows"][0]
+    assert plan["jobs"] == 3
+    assert plan["gpu_hours"] == pytest.approx(3 * row["seconds"] * 4 / 3600)
+
+
+def test_calibrate_command_counts_expected_trials(capsys):
+    """``calibrate.py ablation=full,no_history target_skip=0.1,0.2``: 4 calibration studies, each the measured mean
+    trial count (kills: targets or combinations not multiplied)."""
+    rc = main(
+        [
+            "plan",
+            "--device",
+            "h100",
+            "--",
+            "python",
+            "calibrate.py",
+            *PAPER[:-2],
+            "ablation=full,no_history",
+            "target_skip=0.1,0.2",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    trials = budget.measured_trials()
+    assert f"4 calibration stud(ies) to run, ~{4 * trials['mean']:.0f} trials" in out
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["plan", "sweeps/table3.yaml", "--device", "tpu"], "--device tpu: unknown; allowed: h100"),
+        (["plan", "sweeps/no_such.yaml"], "sweeps/no_such.yaml: no such study file"),
+        (["plan", "--", "python", "train.py", "model=gpt5"], "Could not find 'model/gpt5'"),
+        (["plan", "--", "python", "eval.py"], "expected `python train.py"),
+        (["plan", "sweeps/table3.yaml", "--util", "1.5"], "--util 1.5: must lie in (0, 1]"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    """An unknown device, study file, config value or entry point: exit 2, one line naming it."""
+    rc = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0]
