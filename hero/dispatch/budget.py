@@ -241,7 +241,7 @@ def print_plan(plan: dict, launcher: dict, refuse: callable = None) -> list[str]
         )
         print(
             f"  FLOPs per update {c.flops_update:.3g} (global batch over {c.world} GPU(s), mean padded length "
-            f"{c.mean_length:.0f}), {c.updates:,} updates"
+            f"{c.mean_length:.0f} from {c.length_from}), {c.updates:,} updates"
             + (f"; per evaluation {c.flops_eval:.3g}" if c.flops_eval else "; evaluation not modelled")
         )
         print(
@@ -262,7 +262,8 @@ def print_plan(plan: dict, launcher: dict, refuse: callable = None) -> list[str]
         f"{plan['calibration_studies']} calibration stud(ies) to run, ~{plan['expected_trials']:.0f} trials "
         f"(mean {t['mean']:.1f}, max {t['max']} over {t['studies']} measured studies), {hours(plan['trial_seconds'])}"
     )
-    print(f"total {plan['gpu_hours']:.1f} GPU-hours on {dev.name} at {util:.0%}")
+    unit = "CPU-hours (1 thread each)" if dev.name == "cpu" else "GPU-hours"
+    print(f"total {plan['gpu_hours']:.1f} {unit} on {dev.name} at {util:.0%} of its peak")
     gpus = launcher.get("gpus_per_job")
     print(
         f"launcher {launcher['name']}: GPUs per job {gpus if gpus else '— (CPU)'}, time limit "

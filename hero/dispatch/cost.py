@@ -215,8 +215,13 @@ def build_meta(spec, config):
         p.requires_grad_(False)
     backbone = sum(p.numel() for p in model.parameters())
     layers = resolve_layers(spec.layer_choice, config.num_hidden_layers)
-    with torch.device("meta"):
-        prepared = spec.method.prepare(spec, model, None, layers, None)
+    try:
+        with torch.device("meta"):
+            prepared = spec.method.prepare(spec, model, None, layers, None)
+    except (ConfigError, AttributeError, TypeError, RuntimeError, NotImplementedError):
+        # a method whose preparation reads data through the model (static_drop ranks the FFNs on calibration
+        # batches) cannot be built without weights; it trains nothing, so the frozen backbone is its cost
+        return model, backbone, layers
     return prepared.model, backbone, layers
 
 
@@ -233,6 +238,7 @@ class JobCost:
     micro_batch: int
     length: int  # tokens per sequence the activation figure assumes (data.max_length: the worst micro-batch)
     mean_length: float  # padded positions per sequence the FLOP figure assumes
+    length_from: str  # where mean_length comes from: the run's own data and sample order, --length, or max_length
     updates: int
     precision: str
     checkpointing: bool
@@ -402,9 +408,12 @@ def resolve_router(spec, shape: flops.Shape, layers):
     """The run's RouterConfig as it trains (a ``matched`` local head at its width), None for a method without one."""
     from hero.model.controls import resolve_matched
 
-    if not (spec.method.routes and "router" in spec.options):
+    from hero.model.config import RouterConfig
+
+    router = spec.options.get("router") if spec.method.routes else None
+    if not isinstance(router, RouterConfig):  # another method's router (SkipGPT-RT's) or none: no HeRo router
         return None
-    return resolve_matched(spec.options["router"], shape.hidden, len(layers))
+    return resolve_matched(router, shape.hidden, len(layers))
 
 
 def job_cost(
@@ -426,10 +435,10 @@ def job_cost(
     trainable = [p for p in model.parameters() if p.requires_grad]
     frozen = [p for p in model.parameters() if not p.requires_grad]
     n = samples if samples is not None else num_samples(spec, bed)
-    updates = total_updates(tcfg, n)
+    updates = total_updates(tcfg, n) if trainable else 0  # a method that trains nothing only evaluates
     if trial_fraction < 1.0:
         updates = max(1, math.ceil(updates * trial_fraction))
-    routes = spec.method.routes and "router" in spec.options
+    routes = spec.method.routes
     router = resolve_router(spec, shape, layers)
     a = activation_width(spec)
     max_len = int(length or spec.data.max_length)
@@ -440,15 +449,19 @@ def job_cost(
     acts = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, ckpt)
     other = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, not ckpt)
     acts.pop("logits"), other.pop("logits")
+    if not trainable:  # nothing trains: no update runs, the job only evaluates
+        acts, other = dict.fromkeys(acts, 0), dict.fromkeys(other, 0)
     memory = {
         "frozen_weights": sum(p.numel() * p.element_size() for p in frozen),
         "trainable_state": 4 * sum(p.numel() * p.element_size() for p in trainable),
         **acts,
     }
-    positions, mean_len = data_positions(spec, bed, world, min(updates, 200))
+    positions, mean_len = data_positions(spec, bed, world, min(updates, 200)) if updates else (None, None)
+    length_from = "the run's data and sample order"
     if positions is None:
         mean_len = float(length or spec.data.max_length)
         positions = tcfg.global_batch * mean_len
+        length_from = "--length" if length else "data.max_length: an upper bound (the data is not here; --length N)"
     router_tok = 0.0
     adapter_dim = 0
     if routes:
@@ -480,6 +493,7 @@ def job_cost(
         micro_batch=int(tcfg.micro_batch),
         length=max_len,
         mean_length=mean_len,
+        length_from=length_from,
         updates=updates,
         precision=str(tcfg.precision),
         checkpointing=ckpt,
@@ -532,7 +546,7 @@ def quiet():
 
     quiet_transformers()
     err, out = sys.stderr, sys.stdout
-    sys.stderr = io.StringIO()
+    sys.stderr = sys.stdout = io.StringIO()
     try:
         yield
     finally:

@@ -230,6 +230,8 @@ def compare(measured: dict, util: float) -> dict:
     return {
         "overrides": measured["overrides"],
         "sgemm_gflops": measured["sgemm_gflops"],
+        "sgemm_wall_gflops": measured["sgemm_wall_gflops"],
+        "bandwidth_gbs": measured["bandwidth_gbs"],
         "util": util,
         "updates": rows,
         "median": med,
