@@ -75,6 +75,7 @@ def test_paper_recipe_runs_end_to_end_under_two_gloo_processes(micro_cache, tmp_
         "WANDB_MODE": "disabled",
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
+        "CUDA_VISIBLE_DEVICES": "",  # the CPU path (gloo) even on a machine with GPUs (scripts/gpu_check.sh: nccl)
     }
     done = subprocess.run(
         [

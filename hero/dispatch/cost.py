@@ -406,9 +406,8 @@ def num_samples(spec, bed) -> int:
 
 def resolve_router(spec, shape: flops.Shape, layers):
     """The run's RouterConfig as it trains (a ``matched`` local head at its width), None for a method without one."""
-    from hero.model.controls import resolve_matched
-
     from hero.model.config import RouterConfig
+    from hero.model.controls import resolve_matched
 
     router = spec.options.get("router") if spec.method.routes else None
     if not isinstance(router, RouterConfig):  # another method's router (SkipGPT-RT's) or none: no HeRo router

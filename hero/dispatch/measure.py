@@ -71,8 +71,34 @@ def host_rates(n: int = 1024, repeats: int = 9) -> tuple[float, float]:
     return 2 * n**3 / min(mm), 2 * x.numel() * 4 / min(cp)
 
 
-def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads: int = 1) -> dict:
-    """Run ``warmup + updates`` real updates of the configured run on CPU; the figures of the module docstring."""
+def cuda_rates(n: int = 8192, repeats: int = 5) -> tuple[float, float]:
+    """(bf16 GEMM FLOP/s, copy bandwidth bytes/s) of this GPU, best repeat, synchronised wall clock."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    x = torch.empty(256 * 1024 * 1024, device="cuda")
+    y = torch.empty_like(x)
+    mm, cp = [], []
+    for _ in range(repeats + 1):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        a @ b
+        torch.cuda.synchronize()
+        mm.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        y.copy_(x)
+        torch.cuda.synchronize()
+        cp.append(time.perf_counter() - start)
+    return 2 * n**3 / min(mm[1:]), 2 * x.numel() * 4 / min(cp[1:])
+
+
+def measure(
+    overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads: int = 1, device_name: str = "cpu"
+) -> dict:
+    """Run ``warmup + updates`` real updates of the configured run; the figures of the module docstring.
+
+    ``device_name="cuda"``: on the GPU, timed on the synchronised wall clock, memory from the caching allocator
+    (``max_memory_allocated`` over the updates minus what was allocated before them, in ``rss_update_bytes``), rates
+    from ``cuda_rates`` (bf16 GEMM, copy bandwidth)."""
     from hero.bench.train import sgemm_flops_per_s
     from hero.data import SFTDataset, load_conversations
     from hero.training import autocast_context, sample_order, seed_everything, set_threads
@@ -82,9 +108,10 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
     spec = compose_job(overrides)
     set_threads(spec.trainer)
     torch.set_num_threads(threads)
-    sgemm_wall = sgemm_flops_per_s()
-    sgemm, bandwidth = host_rates()
-    loaded = spec.load(device="cpu")
+    cuda = device_name == "cuda"
+    sgemm_wall = sgemm_flops_per_s() if not cuda else 0.0
+    sgemm, bandwidth = cuda_rates() if cuda else host_rates()
+    loaded = spec.load(device=device_name)
     seed_everything(spec.seed)
     tok = loaded.backbone.tokenizer
     prepared = spec.method.prepare(spec, loaded.backbone.model, tok, loaded.layers, loaded.bed)
@@ -97,18 +124,30 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
     if tcfg.gradient_checkpointing:
         model.activation_checkpointing_enable()
     model.train()
-    device = torch.device("cpu")
+    device = torch.device(device_name)
     total = warmup + updates
     order = sample_order(len(dataset), total, tcfg.global_batch, spec.seed)
     accum = tcfg.global_batch // tcfg.micro_batch
     param_storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
     rows = []
     gc.collect()
-    _reset_peak()
-    rss_loaded = _status_bytes("VmRSS")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        rss_loaded = torch.cuda.memory_allocated()
+    else:
+        _reset_peak()
+        rss_loaded = _status_bytes("VmRSS")
+
+    def clock() -> float:
+        if cuda:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+        return time.process_time()
+
     for u in range(total):
         saved_peak, positions, lengths, biggest, micro_batches = 0, 0, [], 0, []
-        start = time.process_time()
+        start = clock()
         for micro in range(accum):
             lo = u * tcfg.global_batch + micro * tcfg.micro_batch
             items = [dataset[i] for i in order[lo : lo + tcfg.micro_batch]]
@@ -146,7 +185,7 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
         if u >= warmup:
             rows.append(
                 {
-                    "time_s": time.process_time() - start,
+                    "time_s": clock() - start,
                     "positions": positions,
                     "saved_bytes": saved_peak,
                     "micro_batches": micro_batches,
@@ -161,7 +200,8 @@ def measure(overrides: Sequence[str], updates: int = 3, warmup: int = 1, threads
         "bandwidth_gbs": bandwidth / 1e9,
         "updates": rows,
         "trainable_params": sum(p.numel() for p in params),
-        "rss_update_bytes": _status_bytes("VmHWM") - rss_loaded,
+        "rss_update_bytes": (torch.cuda.max_memory_allocated() if cuda else _status_bytes("VmHWM")) - rss_loaded,
+        "device": device_name,
     }
 
 
@@ -183,7 +223,7 @@ def compare(measured: dict, util: float) -> dict:
     per_block, adapter_dim = spec.method.compute_cost(spec.resolved, shape, len(layers))
     first, a = min(layers), cost.activation_width(spec)
     ckpt = bool(spec.trainer.gradient_checkpointing)
-    device = cost.cpu_device(measured["sgemm_gflops"], measured["bandwidth_gbs"])
+    device = cost.cpu_device(measured["sgemm_gflops"], measured["bandwidth_gbs"])  # the measured rates, either way
     path, routable = shape.layers - first, len(layers)
     rows = []
     for u in measured["updates"]:
@@ -244,15 +284,18 @@ def compare(measured: dict, util: float) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    """``[--updates N] [--out FILE] overrides...``: the comparison as JSON, on stdout's last line or into FILE."""
-    updates, out_path = 3, None
-    while argv[:1] in (["--updates"], ["--out"]):
+    """``[--updates N] [--out FILE] [--device cpu|cuda] overrides...``: the comparison as JSON, on stdout's last
+    line or into FILE."""
+    updates, out_path, device = 3, None, "cpu"
+    while argv[:1] in (["--updates"], ["--out"], ["--device"]):
         if argv[0] == "--updates":
             updates = int(argv[1])
+        elif argv[0] == "--device":
+            device = argv[1]
         else:
             out_path = argv[1]
         argv = argv[2:]
-    text = json.dumps(compare(measure(argv, updates=updates), util=cost_util()))
+    text = json.dumps(compare(measure(argv, updates=updates, device_name=device), util=cost_util()))
     if out_path:
         Path(out_path).write_text(text + "\n", encoding="utf-8")
     print(text)
