@@ -50,9 +50,9 @@ def test_paper_recipe_updates_and_memory(paper_cost):
 
 
 def test_flops_per_update_are_forward_backward_and_recompute(paper_cost):
-    """Per token at length 2048: the forward (≈ 2 · 8.0e9 + attention) + backward through the top 16 layers and
-    the head + their recompute: between 3 and 4 × 2 · 8e9 / 2 ... i.e. 27-33 GFLOP/token (kills: the backward
-    charged for all 32 layers, or no recompute)."""
+    """Per token at length 2048: the forward through all 32 layers and the head (≈ 2 · 8.0e9 + attention), the
+    backward through the top 16 layers and the head (input gradients, ≈ half that) and their recompute (≈ the same
+    again): 27-33 GFLOP per token (kills: the backward charged for all 32 layers, or no recompute)."""
     per_token = paper_cost.flops_update / (128 * 2048)
     assert 27e9 < per_token < 33e9
 

@@ -117,6 +117,8 @@ def plan_jobs(
             world = gpus or 1
             cost = job_cost(spec, world, length, samples)
             costs[key] = {"label": label, "spec": spec, "cost": cost, "jobs": 0, "overrides": overrides}
+        elif label not in costs[key]["label"].split(","):  # variants whose jobs cost the same (e.g. curve points)
+            costs[key]["label"] += f",{label}"
         costs[key]["jobs"] += 1
         if missing:  # a knob at `calibrated` with no entry yet: one calibration study per (config, target)
             fraction = float(spec.cfg.calibration.get("trial_fraction", 1.0))
