@@ -135,3 +135,34 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     rc = main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0]
+
+
+def test_smallest_fix_tries_the_least_change_first(paper_cost):
+    """On a card between the options' totals the suggestion is the first option that fits, in the documented order:
+    the micro-batch before a bigger card, evaluation's batch when only evaluation is too big (kills: the order
+    reversed, evaluation's memory ignored, a fix suggested that does not fit)."""
+
+    def replan(extra):
+        return cost.job_cost(cost.compose_job([*PAPER, *extra]), world=4)
+
+    gib = cost.GIB
+    train = cost.train_bytes(paper_cost)
+    half = cost.train_bytes(replan(["trainer.micro_batch=2"]))
+    assert half < train
+    # a card whose usable memory lies between micro-batch 2's training total and micro-batch 4's
+    between = (half + train) / 2
+    card = cost.Device("test", (between + gib) / (0.95 * gib), 100, 50, 1000)
+    assert cost.train_bytes(paper_cost) > card.usable_bytes() > half
+    fix = cost.smallest_fix(paper_cost, card, replan)
+    assert fix.startswith("trainer.micro_batch=2") or fix.startswith("trainer.micro_batch=2 eval.batch_size=")
+
+    # at 775 tokens per sequence training needs less than paper7 at eval batch 16: on a card between the two the
+    # eval batch is halved and training left alone
+    def replan_short(extra):
+        return cost.job_cost(cost.compose_job([*PAPER, *extra]), world=4, length=775)
+
+    short = replan_short([])
+    roomy = cost.Device("test2", (cost.train_bytes(short) + 2 * gib) / (0.95 * gib), 100, 50, 1000)
+    assert short.eval_memory > roomy.usable_bytes() >= cost.train_bytes(short)
+    fix = cost.smallest_fix(short, roomy, replan_short)
+    assert fix.startswith("eval.batch_size=") and "trainer." not in fix

@@ -160,7 +160,7 @@ def _cli_plan(argv: list[str], prog: str) -> int:
             return cost.job_cost(spec, gpus, args.length, args.samples)
 
         with cost.quiet():
-            return cost.smallest_fix(entry["overrides"], entry["cost"], device, replan)
+            return cost.smallest_fix(entry["cost"], device, replan)
 
     return 1 if budget.print_plan(plan, launcher, refuse) else 0
 

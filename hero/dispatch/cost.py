@@ -248,6 +248,7 @@ class JobCost:
     traffic_update: float = 0.0  # bytes moved through memory per update, summed over the GPUs
     flops_eval: float | None = None
     eval_memory: float | None = None
+    eval_batch: int = 1  # eval.batch_size, what the evaluation's memory figure assumes
 
     @property
     def peak_bytes(self) -> float:
@@ -502,6 +503,7 @@ def job_cost(
         traffic_update=traffic,
         flops_eval=eval_flops,
         eval_memory=eval_mem,
+        eval_batch=int(spec.eval.get("batch_size") or 1) if spec.evaluates else 1,
     )
 
 
@@ -509,26 +511,35 @@ def fits(cost: JobCost, device: Device) -> bool:
     return cost.peak_bytes <= device.usable_bytes()
 
 
-def smallest_fix(spec_overrides: list[str], cost: JobCost, device: Device, replan) -> str | None:
-    """The first change that makes the job fit ``device``, in order of how little it changes the run: gradient
-    checkpointing on, the micro-batch halved (until 1; the global batch stays, accumulation grows), LM-head logits
-    only where labelled; else the smallest card of ``DEVICES`` that holds it. ``replan(extra_overrides)`` → JobCost."""
-    tried: list[str] = []
-    candidates = []
-    if not cost.checkpointing:
-        candidates.append(["trainer.gradient_checkpointing=true"])
+def train_bytes(cost: JobCost) -> float:
+    """Bytes per GPU while training (the evaluation's peak aside)."""
+    return float(sum(cost.memory.values()))
+
+
+def smallest_fix(cost: JobCost, device: Device, replan) -> str | None:
+    """The first change that makes the job fit ``device``, in order of how little it changes the run: for training,
+    gradient checkpointing on, then the micro-batch halved (until 1; the global batch stays, accumulation grows);
+    for evaluation, ``eval.batch_size`` halved (same scores, more forward calls); else the smallest card of
+    ``DEVICES`` that holds the job as it is. ``replan(extra_overrides)`` → the JobCost with those overrides added."""
+    usable = device.usable_bytes()
+    ckpt = [] if cost.checkpointing else ["trainer.gradient_checkpointing=true"]
+    training = [[]] + ([ckpt] if ckpt else [])
     mb = cost.micro_batch
     while mb > 1:
         mb //= 2
-        candidates.append(
-            [*(["trainer.gradient_checkpointing=true"] if not cost.checkpointing else []), f"trainer.micro_batch={mb}"]
-        )
-    for extra in candidates:
-        tried = extra
-        alt = replan(extra)
+        training.append([*ckpt, f"trainer.micro_batch={mb}"])
+    for extra in training:
+        alt = replan(extra) if extra else cost
+        if train_bytes(alt) > usable:
+            continue
+        batch = cost.eval_batch
+        while alt.eval_memory and alt.eval_memory > usable and batch > 1:
+            batch //= 2
+            extra = [e for e in extra if not e.startswith("eval.batch_size=")] + [f"eval.batch_size={batch}"]
+            alt = replan(extra)
         if fits(alt, device):
             return f"{' '.join(extra)} ({alt.peak_bytes / GIB:.1f} GiB)"
-    del tried
+        break  # training fits; evaluation cannot be made to
     for dev in sorted(DEVICES.values(), key=lambda d: d.memory_gib):
         if dev.memory_gib > device.memory_gib and fits(cost, dev):
             return f"a bigger card: --device {dev.name} ({dev.memory_gib:g} GB)"
