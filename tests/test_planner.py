@@ -128,6 +128,7 @@ def test_calibrate_command_counts_expected_trials(capsys):
         (["plan", "--", "python", "train.py", "model=gpt5"], "Could not find 'model/gpt5'"),
         (["plan", "--", "python", "eval.py"], "expected `python train.py"),
         (["plan", "sweeps/table3.yaml", "--util", "1.5"], "--util 1.5: must lie in (0, 1]"),
+        (["plan", "--", "python", "train.py", "--length", "7"], "--length"),  # planner options go before --
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):

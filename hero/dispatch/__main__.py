@@ -112,6 +112,8 @@ def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
 
 
 def _cli_plan(argv: list[str], prog: str) -> int:
+    from hydra.errors import HydraException
+
     from hero.dispatch import budget, cost
     from hero.errors import ConfigError
 
@@ -150,8 +152,8 @@ def _cli_plan(argv: list[str], prog: str) -> int:
         gpus = args.gpus or launcher["gpus_per_job"] or 1
         with cost.quiet():
             plan = budget.plan_jobs(jobs, device, util, gpus, args.length, args.samples, config_name)
-    except ConfigError as err:
-        print(f"ERROR: {err}", file=sys.stderr)
+    except (ConfigError, HydraException) as err:
+        print(f"ERROR: {' '.join(str(err).split('See https://')[0].split())}", file=sys.stderr)
         return 2
 
     def refuse(entry: dict) -> str | None:

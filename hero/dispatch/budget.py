@@ -131,6 +131,7 @@ def plan_jobs(
                     "key": key,
                     "fraction": float(entry["spec"].cfg.calibration.trial_fraction),
                 }
+            entry["fraction"] = float(entry["spec"].cfg.calibration.trial_fraction)
             entry["jobs"] = 0
     rows, total_s, total_gpu_h, longest = [], 0.0, 0.0, 0.0
     for entry in costs.values():
@@ -223,9 +224,8 @@ def print_plan(plan: dict, launcher: dict, refuse: callable = None) -> list[str]
         c = e["cost"]
         m = c.memory
         ck = "on" if c.checkpointing else "off"
-        print(
-            f"\n[{e['label']}] {e['jobs']} job(s) like: {' '.join(o for o in e['overrides'] if not o.startswith('hydra'))}"
-        )
+        what = f"{e['jobs']} job(s)" if e["jobs"] else "calibration trials"
+        print(f"\n[{e['label']}] {what} like: {' '.join(o for o in e['overrides'] if not o.startswith('hydra'))}")
         print(
             f"  backbone {c.name}: {c.backbone_params:,} parameters; trainable {c.trainable_params:,}"
             + (f" (router + η {c.router_params:,})" if c.router_params else "")
@@ -248,7 +248,8 @@ def print_plan(plan: dict, launcher: dict, refuse: callable = None) -> list[str]
         )
         print(
             f"  wall time per job {hours(e['seconds'])} on {c.world} × {dev.name}"
-            f" = {e['seconds'] * c.world / 3600:.2f} GPU-h"
+            f" = {e['seconds'] * c.world / 3600:.2f} device-hours"
+            + (f"; a calibration trial trains {e['fraction']:g} of it" if "fraction" in e else "")
         )
         if not fits(c, dev) and refuse is not None:
             fix = refuse(e)
