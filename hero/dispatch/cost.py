@@ -12,10 +12,13 @@ adapters attached by the code that trains them; no weights read), then counts:
                                              but the first (its input needs no gradient: nothing trains below)
         per routable block, router           a·N·(4·d + 3·w_c + 3·w_θ + 2·w_p + s + d_m + 7),
                                              + a·N·(8·d_m + d_m²) at blocks j > 1 (the memory read, S_{j−1})
-        LM head                              N·V·(4 + 4 + a): logits, their fp32 copy for the loss, its gradient
+        LM head                              16·N·V: logits (a), their fp32 copy for the loss (bf16 only), the
+                                             log-softmax (4), its gradient (4), the logits' gradient (a)
+      backward's working set               a·N·(2·f + 4·d) + 3·a·N·d_m² (S's gradients, with >1 routable block)
       with gradient checkpointing          each checkpointed block keeps only its inputs a·N·(d + d_m² + d_m), and
                                            one block's activations live at a time while it is recomputed
-    evaluation                             frozen weights + eval batch · eval length · V · (a + 4) logits
+    evaluation                             frozen weights + eval.batch_size · eval length · (6·V + 16·d): bf16
+                                           logits and their fp32 copy; FLOPs from ``EVAL_TOKENS`` (an estimate)
     FLOPs per update                       forward of every layer over the padded positions, backward (input grads)
                                            from the first routable layer up, router and adapters' weight grads,
                                            the LM head forward + input grad, and the checkpointed layers' forward
@@ -23,8 +26,10 @@ adapters attached by the code that trains them; no weights read), then counts:
 
 a is the activation width in bytes: 2 under bf16 autocast, 4 in fp32. The activation coefficients are the tensors
 autograd saves on this code path, listed with ``torch.autograd.graph.saved_tensors_hooks`` on the testbed and
-SmolLM2 (docs/planner/README.md, where they are held against measured runs). Wall time = FLOPs / (peak · util)
-of a named ``DEVICES`` row at a stated utilisation; ``cpu`` is this machine at its measured 1-thread SGEMM rate.
+SmolLM2 (docs/planner/README.md, where they are held against measured runs). Time per update (``update_seconds``)
+= FLOPs / (peak · util) + traffic / bandwidth of a named ``DEVICES`` row at a stated utilisation, traffic being
+``TRAFFIC_PER_ACTIVATION_BYTE`` × the activations the forward produces; ``cpu`` is this machine, one thread, at
+its SGEMM rate and copy bandwidth measured on the process clock (``hero.dispatch.measure.host_rates``).
 """
 
 from __future__ import annotations
@@ -344,13 +349,13 @@ def activations(
 def update_flops(
     shape: flops.Shape,
     router_per_token: float,
-    adapter_dim: int,
     first: int,
     positions: float,
     length: float,
     checkpointing: bool,
 ) -> float:
-    """FLOPs of one update over ``positions`` padded positions (sequences of mean padded ``length``)."""
+    """FLOPs of one update over ``positions`` padded positions (sequences of mean padded ``length``), no token
+    skipped (every FFN runs, no adapter: the start of training, the most an update costs)."""
     tokens_per_seq = max(length, 1.0)
     sequences = positions / tokens_per_seq
     per_layer = positions * (flops.attention_proj_flops(shape) + flops.ffn_flops(shape)) + sequences * (
@@ -362,7 +367,6 @@ def update_flops(
     forward = shape.layers * per_layer + head + router
     backward = top * per_layer + head + 2 * router  # input grads of the frozen ops, input + weight grads of router
     recompute = top * per_layer + router if checkpointing else 0.0
-    del adapter_dim  # skip 0 at planning time: no token takes an adapter, every FFN runs
     return forward + backward + recompute
 
 
@@ -463,11 +467,10 @@ def job_cost(
         positions = tcfg.global_batch * mean_len
         length_from = "--length" if length else "data.max_length: an upper bound (the data is not here; --length N)"
     router_tok = 0.0
-    adapter_dim = 0
     if routes:
-        per_block, adapter_dim = spec.method.compute_cost(spec.resolved, shape, len(layers))
+        per_block, _ = spec.method.compute_cost(spec.resolved, shape, len(layers))
         router_tok = float(sum(per_block))
-    fl = update_flops(shape, router_tok, adapter_dim or 0, first, positions, mean_len, ckpt)
+    fl = update_flops(shape, router_tok, first, positions, mean_len, ckpt)
     produced = activations(
         shape, router, positions, int(round(mean_len)), trains_path, len(layers) if router else 0, a, False
     )

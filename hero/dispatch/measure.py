@@ -220,7 +220,7 @@ def compare(measured: dict, util: float) -> dict:
     model, _, layers = cost.build_meta(spec, config)
     shape = cost.flops.Shape.from_config(config)
     router = cost.resolve_router(spec, shape, layers)
-    per_block, adapter_dim = spec.method.compute_cost(spec.resolved, shape, len(layers))
+    per_block, _ = spec.method.compute_cost(spec.resolved, shape, len(layers))
     first, a = min(layers), cost.activation_width(spec)
     ckpt = bool(spec.trainer.gradient_checkpointing)
     device = cost.cpu_device(measured["sgemm_gflops"], measured["bandwidth_gbs"])  # the measured rates, either way
@@ -228,8 +228,7 @@ def compare(measured: dict, util: float) -> dict:
     rows = []
     for u in measured["updates"]:
         fl = sum(
-            cost.update_flops(shape, float(sum(per_block)), adapter_dim, first, b * t, t, ckpt)
-            for b, t, _ in u["micro_batches"]
+            cost.update_flops(shape, float(sum(per_block)), first, b * t, t, ckpt) for b, t, _ in u["micro_batches"]
         )
         traffic = sum(
             cost.update_traffic(cost.activations(shape, router, b * t, t, path, routable, a, False))
