@@ -167,3 +167,20 @@ def test_smallest_fix_tries_the_least_change_first(paper_cost):
     assert short.eval_memory > roomy.usable_bytes() >= cost.train_bytes(short)
     fix = cost.smallest_fix(short, roomy, replan_short)
     assert fix.startswith("eval.batch_size=") and "trainer." not in fix
+
+
+def test_calibrated_knobs_without_an_entry_count_one_calibration_per_variant(tmp_path, capsys):
+    """A study at ``alpha=calibrated`` whose calibration file has no entry: one calibration study per (variant,
+    target), not per seed, each the measured mean trial count (kills: trials counted per job or not at all)."""
+    study = tmp_path / "cal.yaml"
+    study.write_text(
+        "overrides: [model=llama3_1_8b, data=tulu3, trainer=paper, eval=none, alpha=calibrated,\n"
+        f"            calibration.target_skip=0.2, calibration.file={tmp_path / 'none.json'}]\n"
+        "grid: {ablation: [full, no_history], seed: [42, 43, 44]}\n"
+    )
+    rc = main(["plan", str(study), "--device", "h100", "--gpus", "4"])
+    out = capsys.readouterr().out
+    mean = budget.measured_trials()["mean"]
+    assert rc == 0
+    assert "study: 6 job(s)" in out
+    assert f"2 calibration stud(ies) to run, ~{2 * mean:.0f} trials" in out
