@@ -318,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         "difference's seed variance is then taken as 2·std² (the groups' seed effects independent: conservative)",
     )
     parser.add_argument("--resolve", type=float, help="design: seeds × items that resolve this many Retain points")
+    parser.add_argument(
+        "--train-hours", type=float, help="design: CPU-hours to train one run (default: these runs' own training time)"
+    )
     args = parser.parse_args(argv)
     try:
         paths = [p for p in _records(args.records) if (p.parent / "items.jsonl.gz").is_file()]
@@ -373,10 +376,17 @@ def report(result: dict, args, runs: list[Run]) -> str:
         )
     if args.resolve and not math.isnan(comp.seed_var):
         lines.append(f"design for ±{args.resolve:g} Retain points (cost from these runs' own times):")
-        for row in design(comp, args.resolve, run_cost(runs)):
-            cost = f", {row['cpu_hours']:.1f} CPU-h" if "cpu_hours" in row else ""
+        cost = run_cost(runs)
+        if args.train_hours is not None:
+            cost["train_s"] = 3600 * args.train_hours
+        lines.append(
+            f"  per run: training {cost['train_s'] / 3600:.2f} h, scoring "
+            + ", ".join(f"{t} {s:.2f} s/item" for t, s in cost["eval_s_per_item"].items() if t in comp.items)
+        )
+        for row in design(comp, args.resolve, cost):
+            spent = f", {row['cpu_hours']:.1f} CPU-h" if "cpu_hours" in row else ""
             lines.append(
-                f"  items ×{row['items_x']}: seeds per group {row['seeds'] or '> 30'} (±{row['half_width']:.2f}){cost}"
+                f"  items ×{row['items_x']}: seeds per group {row['seeds'] or '> 30'} (±{row['half_width']:.2f}){spent}"
             )
     return "\n".join(lines)
 
