@@ -10,13 +10,14 @@ adapters attached by the code that trains them; no weights read), then counts:
     activations (per GPU)                  N = micro_batch · length tokens per micro-batch, kept for backward:
         per trainable-path layer             a·N·(3·d + 4·H·h + 3·f) + mask N·length·4 (attention with padding),
                                              but the first (its input needs no gradient: nothing trains below)
-        per routable block, router           a·N·(4·d + 3·w_c + 3·w_θ + 2·w_p + s + d_m + 7),
-                                             + a·N·(8·d_m + d_m²) at blocks j > 1 (the memory read, S_{j−1})
+        per routable block, router           4·N·(4·d + 3·w_c + 3·w_θ + 2·w_p + s + d_m + 7),
+                                             + 4·N·(8·d_m + d_m²) at blocks j > 1 (the memory read, S_{j−1});
+                                             float32 under autocast too, as the router computes
         LM head                              16·N·V: logits (a), their fp32 copy for the loss (bf16 only), the
                                              log-softmax (4), its gradient (4), the logits' gradient (a)
-      backward's working set               a·N·(2·f + 4·d) + 3·a·N·d_m² (S's gradients, with >1 routable block)
-      with gradient checkpointing          each checkpointed block keeps only its inputs a·N·(d + d_m² + d_m), and
-                                           one block's activations live at a time while it is recomputed
+      backward's working set               a·N·(2·f + 4·d) + 3·4·N·d_m² (S's gradients, with >1 routable block)
+      with gradient checkpointing          each checkpointed block keeps only its inputs a·N·d + 4·N·(d_m² + d_m); one
+                                           block's activations, recomputed in backward, join the working set
     evaluation                             frozen weights + eval.batch_size · eval length · (6·V + 16·d): bf16
                                            logits and their fp32 copy; FLOPs from ``EVAL_TOKENS`` (an estimate)
     FLOPs per update                       forward of every layer over the padded positions, backward (input grads)
@@ -301,11 +302,12 @@ def activations(
     d, f, hh = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
     layer = a * tokens * (3 * d + 4 * hh + 3 * f) + tokens * length * 4
     m = router.memory_dim if router is not None else 0
+    r = 4  # the router computes in float32, under autocast too (hero.model.router)
     if router is not None and router.history_branch:
         # norms' inputs and the gated FFN's input (4·d), the content encoder (3·w_c), the history head and local
         # head (3·w_θ), the path encoder (2·w_p), the history head's input (s + d_m + 1), path features (6)
         block = (
-            a
+            r
             * tokens
             * (
                 4 * d
@@ -319,11 +321,11 @@ def activations(
             )
         )
         # blocks j > 1 read the memory: q, φ(q), the read, its projections for ν (8·d_m) and S_{j−1} (d_m²)
-        later = a * tokens * 8 * m if router.memory_read else 0
-        carry = a * tokens * m * m if router.memory_read else 0
+        later = r * tokens * 8 * m if router.memory_read else 0
+        carry = r * tokens * m * m if router.memory_read else 0
     elif router is not None:
         local = router.local_head_hidden if isinstance(router.local_head_hidden, int) else router.head_hidden
-        block, later, carry = a * tokens * (4 * d + 3 * local), 0, 0
+        block, later, carry = r * tokens * (4 * d + 3 * local), 0, 0
     else:
         block, later, carry = 0, 0, 0
     # logits (a), their fp32 copy for the loss (none in fp32), the log-softmax (4), its gradient (4), the logits'
@@ -337,10 +339,12 @@ def activations(
         kept = max(trainable_path - 1, 0) * layer + routable * block + max(routable - 1, 0) * (carry + later)
         kept += a * tokens * d if trainable_path else 0  # the final norm's input
         return {"activations": kept, "backward": working, "lm_head": head, "logits": tokens * shape.vocab * a}
-    inputs = trainable_path * a * tokens * d + max(routable - 1, 0) * (carry + a * tokens * m)
+    # each checkpointed block keeps its inputs (hidden states; the carry S, ζ from block 2 on) and the final norm's
+    # input; backward recomputes one block at a time, whose activations join its working set
+    inputs = trainable_path * a * tokens * d + max(routable - 1, 0) * (carry + r * tokens * m) + a * tokens * d
     return {
-        "activations": inputs + layer + block + later + carry,
-        "backward": working,
+        "activations": inputs,
+        "backward": working + layer + block + later + carry,
         "lm_head": head,
         "logits": tokens * shape.vocab * a,
     }
