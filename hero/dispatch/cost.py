@@ -285,6 +285,11 @@ def activation_width(spec) -> int:
     return 2 if spec.trainer.precision == "bf16" else 4
 
 
+def weight_width(spec) -> int:
+    """Bytes per frozen weight (``model.dtype``): 2 for bfloat16 / float16, 4 for float32."""
+    return 4 if spec.model.dtype == "float32" else 2
+
+
 def activations(
     shape: flops.Shape,
     router,
@@ -294,12 +299,22 @@ def activations(
     routable: int,
     a: int,
     checkpointing: bool,
+    w: int | None = None,
 ) -> dict:
     """Bytes kept for backward in one micro-batch of ``tokens`` positions (sequences of ``length``), by part.
+
+    ``a``: bytes of an activation (2 under bf16 autocast), ``w``: of the frozen weights and so of the residual
+    stream (default ``a``); where they differ autocast keeps a copy at width ``a`` of every frozen weight that
+    backward multiplies by (the trainable path's linears and the LM head; recomputed in checkpointed blocks).
 
     ``trainable_path``: decoder layers from the first routable one up (what backward runs through);
     ``routable``: routable blocks (each carries a router). See the module docstring for the terms."""
     d, f, hh = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
+    w = a if w is None else w
+    kv = shape.kv_heads * shape.head_dim
+    layer_weights = d * (2 * hh + 2 * kv) + 3 * d * f
+    head_copy = a * shape.vocab * d if a != w and trainable_path else 0
+    weight_copies = a * max(trainable_path - 1, 0) * layer_weights if a != w else 0
     layer = a * tokens * (3 * d + 4 * hh + 3 * f) + tokens * length * 4
     m = router.memory_dim if router is not None else 0
     r = 4  # the router computes in float32, under autocast too (hero.model.router)
@@ -337,14 +352,17 @@ def activations(
     if not checkpointing:
         # the first layer of the path keeps nothing of its own: its input needs no gradient (nothing trains below)
         kept = max(trainable_path - 1, 0) * layer + routable * block + max(routable - 1, 0) * (carry + later)
-        kept += a * tokens * d if trainable_path else 0  # the final norm's input
+        kept += w * tokens * d if trainable_path else 0  # the final norm's input
+        kept += head_copy + weight_copies
         return {"activations": kept, "backward": working, "lm_head": head, "logits": tokens * shape.vocab * a}
     # each checkpointed block keeps its inputs (hidden states; the carry S, ζ from block 2 on) and the final norm's
     # input; backward recomputes one block at a time, whose activations join its working set
-    inputs = trainable_path * a * tokens * d + max(routable - 1, 0) * (carry + r * tokens * m) + a * tokens * d
+    # (hidden states twice, at the residual stream's width; the carry: S, ζ and two float32 d-vectors of the path)
+    carried = carry + r * tokens * (m + 2 * d) if carry else 0
+    inputs = 2 * trainable_path * w * tokens * d + max(routable - 1, 0) * carried + w * tokens * d + head_copy
     return {
         "activations": inputs,
-        "backward": working + layer + block + later + carry,
+        "backward": working + layer + block + later + carry + a * layer_weights * (a != w),
         "lm_head": head,
         "logits": tokens * shape.vocab * a,
     }
@@ -454,8 +472,9 @@ def job_cost(
     first = min(layers) if layers else 0
     trains_path = shape.layers - first if trainable else 0
     ckpt = bool(tcfg.gradient_checkpointing)
-    acts = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, ckpt)
-    other = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, not ckpt)
+    w = weight_width(spec)
+    acts = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, ckpt, w)
+    other = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, not ckpt, w)
     acts.pop("logits"), other.pop("logits")
     if not trainable:  # nothing trains: no update runs, the job only evaluates
         acts, other = dict.fromkeys(acts, 0), dict.fromkeys(other, 0)
