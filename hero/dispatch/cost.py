@@ -10,13 +10,14 @@ adapters attached by the code that trains them; no weights read), then counts:
     activations (per GPU)                  N = micro_batch · length tokens per micro-batch, kept for backward:
         per trainable-path layer             a·N·(3·d + 4·H·h + 3·f) + mask N·length·4 (attention with padding),
                                              but the first (its input needs no gradient: nothing trains below)
-        per routable block, router           a·N·(4·d + 3·w_c + 3·w_θ + 2·w_p + s + d_m + 7),
-                                             + a·N·(8·d_m + d_m²) at blocks j > 1 (the memory read, S_{j−1})
+        per routable block, router           4·N·(4·d + 3·w_c + 3·w_θ + 2·w_p + s + d_m + 7),
+                                             + 4·N·(8·d_m + d_m²) at blocks j > 1 (the memory read, S_{j−1});
+                                             float32 under autocast too, as the router computes
         LM head                              16·N·V: logits (a), their fp32 copy for the loss (bf16 only), the
                                              log-softmax (4), its gradient (4), the logits' gradient (a)
-      backward's working set               a·N·(2·f + 4·d) + 3·a·N·d_m² (S's gradients, with >1 routable block)
-      with gradient checkpointing          each checkpointed block keeps only its inputs a·N·(d + d_m² + d_m), and
-                                           one block's activations live at a time while it is recomputed
+      backward's working set               a·N·(2·f + 4·d) + 3·4·N·d_m² (S's gradients, with >1 routable block)
+      with gradient checkpointing          each checkpointed block keeps only its inputs a·N·d + 4·N·(d_m² + d_m); one
+                                           block's activations, recomputed in backward, join the working set
     evaluation                             frozen weights + eval.batch_size · eval length · (6·V + 16·d): bf16
                                            logits and their fp32 copy; FLOPs from ``EVAL_TOKENS`` (an estimate)
     FLOPs per update                       forward of every layer over the padded positions, backward (input grads)
@@ -284,6 +285,11 @@ def activation_width(spec) -> int:
     return 2 if spec.trainer.precision == "bf16" else 4
 
 
+def weight_width(spec) -> int:
+    """Bytes per frozen weight (``model.dtype``): 2 for bfloat16 / float16, 4 for float32."""
+    return 4 if spec.model.dtype == "float32" else 2
+
+
 def activations(
     shape: flops.Shape,
     router,
@@ -293,19 +299,30 @@ def activations(
     routable: int,
     a: int,
     checkpointing: bool,
+    w: int | None = None,
 ) -> dict:
     """Bytes kept for backward in one micro-batch of ``tokens`` positions (sequences of ``length``), by part.
+
+    ``a``: bytes of an activation (2 under bf16 autocast), ``w``: of the frozen weights and so of the residual
+    stream (default ``a``); where they differ autocast keeps a copy at width ``a`` of every frozen weight that
+    backward multiplies by (the trainable path's linears and the LM head; recomputed in checkpointed blocks).
 
     ``trainable_path``: decoder layers from the first routable one up (what backward runs through);
     ``routable``: routable blocks (each carries a router). See the module docstring for the terms."""
     d, f, hh = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
+    w = a if w is None else w
+    kv = shape.kv_heads * shape.head_dim
+    layer_weights = d * (2 * hh + 2 * kv) + 3 * d * f
+    head_copy = a * shape.vocab * d if a != w and trainable_path else 0
+    weight_copies = a * max(trainable_path - 1, 0) * layer_weights if a != w else 0
     layer = a * tokens * (3 * d + 4 * hh + 3 * f) + tokens * length * 4
     m = router.memory_dim if router is not None else 0
+    r = 4  # the router computes in float32, under autocast too (hero.model.router)
     if router is not None and router.history_branch:
         # norms' inputs and the gated FFN's input (4·d), the content encoder (3·w_c), the history head and local
         # head (3·w_θ), the path encoder (2·w_p), the history head's input (s + d_m + 1), path features (6)
         block = (
-            a
+            r
             * tokens
             * (
                 4 * d
@@ -319,11 +336,11 @@ def activations(
             )
         )
         # blocks j > 1 read the memory: q, φ(q), the read, its projections for ν (8·d_m) and S_{j−1} (d_m²)
-        later = a * tokens * 8 * m if router.memory_read else 0
-        carry = a * tokens * m * m if router.memory_read else 0
+        later = r * tokens * 8 * m if router.memory_read else 0
+        carry = r * tokens * m * m if router.memory_read else 0
     elif router is not None:
         local = router.local_head_hidden if isinstance(router.local_head_hidden, int) else router.head_hidden
-        block, later, carry = a * tokens * (4 * d + 3 * local), 0, 0
+        block, later, carry = r * tokens * (4 * d + 3 * local), 0, 0
     else:
         block, later, carry = 0, 0, 0
     # logits (a), their fp32 copy for the loss (none in fp32), the log-softmax (4), its gradient (4), the logits'
@@ -335,12 +352,17 @@ def activations(
     if not checkpointing:
         # the first layer of the path keeps nothing of its own: its input needs no gradient (nothing trains below)
         kept = max(trainable_path - 1, 0) * layer + routable * block + max(routable - 1, 0) * (carry + later)
-        kept += a * tokens * d if trainable_path else 0  # the final norm's input
+        kept += w * tokens * d if trainable_path else 0  # the final norm's input
+        kept += head_copy + weight_copies
         return {"activations": kept, "backward": working, "lm_head": head, "logits": tokens * shape.vocab * a}
-    inputs = trainable_path * a * tokens * d + max(routable - 1, 0) * (carry + a * tokens * m)
+    # each checkpointed block keeps its inputs (hidden states; the carry S, ζ from block 2 on) and the final norm's
+    # input; backward recomputes one block at a time, whose activations join its working set
+    # (hidden states twice, at the residual stream's width; the carry: S, ζ and two float32 d-vectors of the path)
+    carried = carry + r * tokens * (m + 2 * d) if carry else 0
+    inputs = 2 * trainable_path * w * tokens * d + max(routable - 1, 0) * carried + w * tokens * d + head_copy
     return {
-        "activations": inputs + layer + block + later + carry,
-        "backward": working,
+        "activations": inputs,
+        "backward": working + layer + block + later + carry + a * layer_weights * (a != w),
         "lm_head": head,
         "logits": tokens * shape.vocab * a,
     }
@@ -450,8 +472,9 @@ def job_cost(
     first = min(layers) if layers else 0
     trains_path = shape.layers - first if trainable else 0
     ckpt = bool(tcfg.gradient_checkpointing)
-    acts = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, ckpt)
-    other = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, not ckpt)
+    w = weight_width(spec)
+    acts = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, ckpt, w)
+    other = activations(shape, router, tokens, max_len, trains_path, len(layers) if router else 0, a, not ckpt, w)
     acts.pop("logits"), other.pop("logits")
     if not trainable:  # nothing trains: no update runs, the job only evaluates
         acts, other = dict.fromkeys(acts, 0), dict.fromkeys(other, 0)

@@ -221,7 +221,7 @@ def compare(measured: dict, util: float) -> dict:
     shape = cost.flops.Shape.from_config(config)
     router = cost.resolve_router(spec, shape, layers)
     per_block, _ = spec.method.compute_cost(spec.resolved, shape, len(layers))
-    first, a = min(layers), cost.activation_width(spec)
+    first, a, w = min(layers), cost.activation_width(spec), cost.weight_width(spec)
     ckpt = bool(spec.trainer.gradient_checkpointing)
     device = cost.cpu_device(measured["sgemm_gflops"], measured["bandwidth_gbs"])  # the measured rates, either way
     path, routable = shape.layers - first, len(layers)
@@ -235,7 +235,7 @@ def compare(measured: dict, util: float) -> dict:
             for b, t, _ in u["micro_batches"]
         ) * (4 / 3 if ckpt else 1.0)
         b, t, saved = max(u["micro_batches"], key=lambda m: m[0] * m[1])
-        acts = cost.activations(shape, router, b * t, t, shape.layers - first, len(layers), a, ckpt)
+        acts = cost.activations(shape, router, b * t, t, shape.layers - first, len(layers), a, ckpt, w)
         saved_pred = acts["activations"] + b * t * shape.vocab * 4  # + the one fp32 logits copy autograd keeps
         trainable = [p for p in model.parameters() if p.requires_grad]
         frozen = [p for p in model.parameters() if not p.requires_grad]
