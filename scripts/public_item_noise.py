@@ -146,9 +146,9 @@ def aggregate(num: np.ndarray, den: np.ndarray, ppl: bool) -> np.ndarray:
     return np.exp(num.sum(-1) / den.sum(-1)) if ppl else num.mean(-1)
 
 
-def task_retain(record: dict, name: str, measure: str, rng: np.random.Generator):
+def task_retain(record: dict, label: str, name: str, measure: str, rng: np.random.Generator):
     """Dense value, Retain, and the paired bootstrap of Retain (B resamples of the task's items, both models)."""
-    dense, run = record["models"]["dense"][name], record["models"]["perturbed"][name]
+    dense, run = record["models"]["dense"][name], record["models"][label][name]
     assert [i["doc_id"] for i in dense["items"]] == [i["doc_id"] for i in run["items"]]
     ppl = "ll" in dense["items"][0]
     d = np.array([item_value(dense, i, measure) for i in dense["items"]])
@@ -172,28 +172,36 @@ def task_retain(record: dict, name: str, measure: str, rng: np.random.Generator)
 def report(path: Path) -> None:
     record = json.loads(path.read_text())
     rng = np.random.default_rng(0)
-    print(f"perturbation: {' '.join(record['overrides'])}")
-    print("| task | measure | items | dense | Retain | paired SE | SE × √items | unpaired SE | s dense |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    rows = {}
-    names = list(record["models"]["dense"])
-    for name in names:
-        measures = ["primary"] + (["gold_prob"] if name in PAPER else [])
-        for m in measures:
-            out = task_retain(record, name, m, rng)
-            rows[(name, m)] = out
-            se = out["boot"].std()
-            metric = record["models"]["dense"][name]["metric"] if m == "primary" else m
-            seconds = record["models"]["dense"][name]["s"]
-            print(
-                f"| {name} | {metric} | {out['n']} | {out['dense']:.4f} | {out['retain']:.2f} | {se:.2f} | "
-                f"{se * np.sqrt(out['n']):.1f} | {out['se_unpaired']:.2f} | {seconds:.0f} |"
-            )
-    for m in ("primary", "gold_prob"):
-        if all((t, m) in rows for t in PAPER):
-            mean = np.mean([rows[(t, m)]["boot"] for t in PAPER], axis=0)
-            value = np.mean([rows[(t, m)]["retain"] for t in PAPER])
-            print(f"| paper7_cpu Retain mean ({m}) | | 4×100 | | {value:.2f} | {mean.std():.2f} | | | |")
+    dense = record["models"]["dense"]
+    for label in (k for k in record["models"] if k != "dense"):
+        print(f"\n{label}\n")
+        print(
+            "| task | measure | items | dense | Retain | paired SE | SE × √items | (100 − Retain) / SE | unpaired SE "
+            "| dense s (CPU s) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        rows = {}
+        for name in (n for n in dense if n in record["models"][label]):
+            for m in ["primary"] + (["gold_prob"] if name in PAPER else []):
+                out = task_retain(record, label, name, m, rng)
+                rows[(name, m)] = out
+                se = out["boot"].std()
+                metric = dense[name]["metric"] if m == "primary" else m
+                seconds = f"{dense[name]['s']:.0f} ({dense[name].get('cpu_s', float('nan')):.0f})"
+                print(
+                    f"| {name} | {metric} | {out['n']} | {out['dense']:.4f} | {out['retain']:.2f} | {se:.2f} | "
+                    f"{se * np.sqrt(out['n']):.1f} | {(100 - out['retain']) / se:.1f} | {out['se_unpaired']:.2f} | "
+                    f"{seconds} |"
+                )
+        for m in ("primary", "gold_prob"):
+            if all((t, m) in rows for t in PAPER):
+                mean = np.mean([rows[(t, m)]["boot"] for t in PAPER], axis=0)
+                value = np.mean([rows[(t, m)]["retain"] for t in PAPER])
+                se = mean.std()
+                print(
+                    f"| paper7_cpu Retain mean ({m}) | | 4×100 | | {value:.2f} | {se:.2f} | | {(100 - value) / se:.1f} "
+                    "| | |"
+                )
 
 
 def main() -> None:
