@@ -85,7 +85,7 @@ def specs(public_sample: int):
     return [s for s in task_specs(public)], [s for s in task_specs(paper) if s.name in PAPER]
 
 
-def measure(perturbations: list[list[str]], public_sample: int, out: Path) -> None:
+def measure(perturbations: list[list[str]], public_sample: int, out: Path, dense_from: Path | None = None) -> None:
     from hero.evaluation import paper, public
     from hero.evaluation.harness import harness_model
     from hero.spec import RunSpec
@@ -120,7 +120,15 @@ def measure(perturbations: list[list[str]], public_sample: int, out: Path) -> No
                 )
                 out.write_text(json.dumps(record))
 
-    score("dense", loaded.backbone.model)
+    if dense_from is None:
+        score("dense", loaded.backbone.model)
+    else:  # dense's items from an earlier measurement (same code, same items)
+        earlier = json.loads(dense_from.read_text())
+        if earlier["public_sample"] != public_sample:
+            sys.exit(
+                f"error: --dense-from {dense_from} has public_sample={earlier['public_sample']}, not {public_sample}"
+            )
+        record["models"]["dense"] = earlier["models"]["dense"]
     for k, overrides in enumerate(perturbations):
         if k > 0:  # a method attaches to the backbone in place: a fresh copy for each perturbation
             spec, loaded = resolve(overrides)
@@ -209,12 +217,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="measure and write the per-item outputs here")
     parser.add_argument("--report", type=Path, help="read per-item outputs and print the standard errors")
     parser.add_argument("--public-sample", type=int, default=1000)
+    parser.add_argument("--dense-from", type=Path, help="take dense's per-item outputs from an earlier --out file")
     parser.add_argument(
         "perturbations", nargs="*", help="one quoted string per perturbed model, e.g. 'method=static_drop method.k=6'"
     )
     args = parser.parse_args()
     if args.out is not None:
-        measure([p.split() for p in args.perturbations], args.public_sample, args.out)
+        measure([p.split() for p in args.perturbations], args.public_sample, args.out, args.dense_from)
     if args.report is not None:
         report(args.report)
     if args.out is None and args.report is None:
