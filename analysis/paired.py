@@ -76,6 +76,7 @@ class Components:
     seeds: int  # S the components were measured on
     seed_source: str  # "items" or "records (…)"
     per_task_seed_var: dict[str, float] = field(default_factory=dict)
+    seed_df: int | None = None  # degrees of freedom of σ²_α,R where it was measured (None: seeds − 1)
 
     def variance(self, seeds: int, scale: float = 1.0) -> tuple[float, float, float]:
         """(seed, item, seed × item) parts of Var(D) for ``seeds`` per group and items × ``scale`` per task."""
@@ -83,11 +84,12 @@ class Components:
         inter = sum(self.c[t] ** 2 * self.inter_var[t] / (seeds * self.items[t] * scale) for t in self.tasks)
         return self.seed_var / seeds, item, inter
 
-    def half_width(self, seeds: int, scale: float = 1.0) -> float:
-        """95 % half-width of D: t at Satterthwaite's degrees of freedom × √Var(D)."""
+    def half_width(self, seeds: int, scale: float = 1.0, seed_df: int | None = None) -> float:
+        """95 % half-width of D: t at Satterthwaite's degrees of freedom × √Var(D). The seed part's degrees of freedom
+        are ``seed_df`` (where σ²_α,R was measured), else those of a study that estimates it on its own seeds."""
         parts = self.variance(seeds, scale)
         total = sum(parts)
-        dfs = (max(seeds - 1, 1), sum(max(n * scale - 1, 1) for n in self.items.values()), 10**6)
+        dfs = (seed_df or max(seeds - 1, 1), sum(max(n * scale - 1, 1) for n in self.items.values()), 10**6)
         denom = sum(p**2 / d for p, d in zip(parts, dfs, strict=True) if p > 0)
         df = max(1, int(total**2 / denom)) if denom > 0 else 10**6
         return t_quantile(LEVEL, min(df, 10**6)) * math.sqrt(total)
@@ -230,6 +232,7 @@ def with_record_seeds(comp: Components, a_retain: dict[int, float], b_retain: di
         raise ItemsError(f"--seed-records: need ≥ 2 shared seeds with Retain, found {shared}")
     diffs = [a_retain[s] - b_retain[s] for s in shared]
     comp.seed_var, comp.seed_source = float(np.var(diffs, ddof=1)), f"records (seeds {shared})"
+    comp.seed_df = len(shared) - 1
     return comp
 
 
@@ -317,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the seed component from elsewhere: each group's Retain std over seeds (e.g. another study's); the "
         "difference's seed variance is then taken as 2·std² (the groups' seed effects independent: conservative)",
     )
+    parser.add_argument("--seed-std-seeds", type=int, default=2, help="how many seeds --seed-std was measured on")
     parser.add_argument("--resolve", type=float, help="design: seeds × items that resolve this many Retain points")
     parser.add_argument(
         "--train-hours", type=float, help="design: CPU-hours to train one run (default: these runs' own training time)"
@@ -343,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             with_record_seeds(comp, retain[args.a], retain[args.b])
         if args.seed_std is not None:
             comp.seed_var, comp.seed_source = 2 * args.seed_std**2, f"--seed-std {args.seed_std:g} (2·std²)"
+            comp.seed_df = args.seed_std_seeds - 1
     except (ItemsError, OSError, KeyError) as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
@@ -362,7 +367,7 @@ def report(result: dict, args, runs: list[Run]) -> str:
     if not math.isnan(comp.seed_var):
         seed, item, inter = comp.variance(comp.seeds)
         lines.append(
-            f"95 % half-width ±{comp.half_width(comp.seeds):.2f}; variance: seed {seed:.3f}, item {item:.3f}, "
+            f"95 % half-width ±{comp.half_width(comp.seeds, seed_df=comp.seed_df):.2f}; variance: seed {seed:.3f}, item {item:.3f}, "
             f"seed×item {inter:.3f} (seed component from {comp.seed_source})"
         )
     else:
