@@ -263,7 +263,7 @@ def design(
         row["half_width"] = comp.half_width(found or max_seeds, scale)
         if cost is not None and found is not None:
             per_run = cost["train_s"] + sum(
-                cost["eval_s_per_item"].get(t, 0.0) * n * scale for t, n in comp.items.items()
+                cost["eval_s_per_item"].get(t.split(":")[0], 0.0) * n * scale for t, n in comp.items.items()
             )
             row["cpu_hours"] = 2 * found * per_run / 3600
         rows.append(row)
@@ -386,7 +386,11 @@ def report(result: dict, args, runs: list[Run]) -> str:
             cost["train_s"] = 3600 * args.train_hours
         lines.append(
             f"  per run: training {cost['train_s'] / 3600:.2f} h, scoring "
-            + ", ".join(f"{t} {s:.2f} s/item" for t, s in cost["eval_s_per_item"].items() if t in comp.items)
+            + ", ".join(
+                f"{t} {s:.2f} s/item"
+                for t, s in cost["eval_s_per_item"].items()
+                if t in {x.split(":")[0] for x in comp.items}
+            )
         )
         for row in design(comp, args.resolve, cost):
             spent = f", {row['cpu_hours']:.1f} CPU-h" if "cpu_hours" in row else ""
