@@ -38,6 +38,7 @@ import hashlib
 import json
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,6 +47,7 @@ from torch import nn
 
 from hero.evaluation import paper
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
+from hero.evaluation.prefix import reuse_prefix
 
 SUITES = ("tiny", "smollm2", "paper7", "paper7_cpu", "extended9", "none")
 PAPER_SUITES = ("paper7", "paper7_cpu", "extended9")
@@ -129,8 +131,26 @@ def check_config(eval_cfg) -> None:
         raise EvaluationError(f"eval.tasks: suite {eval_cfg.suite!r} " + ("takes no tasks" if specs else "lists none"))
 
 
+def scored_specs(eval_cfg) -> list[TaskSpec]:
+    """The tasks a run scores: all of the suite's, or only its Retain tasks with ``eval.diagnostics=false``."""
+    return [s for s in task_specs(eval_cfg) if s.retain or eval_cfg.get("diagnostics", True)]
+
+
+def reuse_prefix_if(model: nn.Module, eval_cfg):
+    """``hero.evaluation.prefix.reuse_prefix`` into ``eval.prefix_cache_dir`` with ``eval.prefix_cache`` on, else
+    nothing (a config without the keys: off)."""
+    if not eval_cfg.get("prefix_cache", False):
+        return nullcontext()
+    return reuse_prefix(model, eval_cfg.get("prefix_cache_dir"))
+
+
 def suite_fingerprint(eval_cfg) -> str:
-    """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match."""
+    """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match.
+
+    Over every task the suite lists, whether or not ``eval.diagnostics`` scores its ``retain: false`` ones: Retain
+    is computed on the Retain tasks alone, so a run without the diagnostics pairs with the same dense baseline and
+    the same records as one with them (a baseline cached without them serves a run that scores them: Retain needs
+    none of the baseline's diagnostic scores)."""
     content = {"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(eval_cfg)]}
     if eval_cfg.suite in PAPER_SUITES and (identity := _data_identity()) is not None:
         content["data"] = identity  # hub rows (no wheel) keep the fingerprint they always had
@@ -149,7 +169,7 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
     if eval_cfg.suite == "none":
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
-    specs = task_specs(eval_cfg)
+    specs = scored_specs(eval_cfg)
     meta = {
         "suite": eval_cfg.suite,
         "primary_metric": {s.name: s.metric for s in specs if s.retain},
@@ -161,9 +181,11 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
     }
     if eval_cfg.suite in PAPER_SUITES:
         meta["data"] = paper.data_source() or {"hub": True}
+    if not eval_cfg.get("diagnostics", True):
+        meta["diagnostics"] = False  # the suite's `retain: false` tasks were not scored (same fingerprint)
     was_training = model.training
     try:
-        with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir:
+        with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir, reuse_prefix_if(model, eval_cfg):
             scores, counts, seconds = _evaluate(
                 model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs
             )
