@@ -78,27 +78,52 @@ def test_other_prefix_weights_do_not_read_the_states(micro, tmp_path, monkeypatc
     assert _scores(b, tokenizer, bed, cache) == _scores(b, tokenizer, bed, "eval.prefix_cache=false")
 
 
-def test_calls_other_than_lm_evals_batches_pass_through(tmp_path, monkeypatch):
-    """A masked forward, a forward with grad, a forward in training mode and generation run the model as it is."""
+def test_loglikelihood_batches_and_generation_prefills_are_reused_exactly(tmp_path, monkeypatch):
+    """A loglikelihood batch and a left-padded generate give bitwise the plain model's logits when their prefix is
+    read back; a masked forward passes through. Kills: a prefill hit that leaves the prefix layers' keys and values
+    out of the cache (decode steps attend to nothing there), a key without the mask (another padding's states), a
+    wrapper that hides ``logits_to_keep`` from generate (the signature: functools.wraps)."""
+    import inspect
+
     monkeypatch.setattr(eval_prefix, "_memory", type(eval_prefix._memory)())
     model = trained_looking().eval()
     ids = torch.randint(0, model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding, as HFLM pads a generation batch
+
+    def generate(attention_mask):
+        out = model.generate(
+            ids,
+            attention_mask=attention_mask,
+            max_new_tokens=4,
+            do_sample=False,
+            pad_token_id=0,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        return out.sequences, torch.stack(out.logits)
+
     with torch.no_grad():
         want = model(ids).logits
+        want_masked = model(ids, attention_mask=mask).logits
+        want_gen, other_gen = generate(mask), generate(torch.ones_like(ids))
     with eval_prefix.reuse_prefix(model, tmp_path) as active:
-        assert active
+        assert active and "logits_to_keep" in inspect.signature(model.forward).parameters
         before = dict(eval_prefix.STATS)
         with torch.no_grad():
-            first = model(ids).logits
-            again = model(ids).logits
-            masked = model(ids, attention_mask=torch.ones_like(ids)).logits
-            generated = model.generate(ids, max_new_tokens=3, do_sample=False)
-        assert eval_prefix.STATS["misses"] - before["misses"] == 1
-        assert eval_prefix.STATS["hits"] - before["hits"] == 1
-        assert eval_prefix.STATS["passed"] - before["passed"] >= 4  # masked + generate's steps
-    assert torch.equal(first, want) and torch.equal(again, want) and torch.allclose(masked, want)
-    with torch.no_grad():
-        assert torch.equal(generated, model.generate(ids, max_new_tokens=3, do_sample=False))
+            first, again = model(ids).logits, model(ids).logits
+            masked = model(ids, attention_mask=mask).logits
+            gen_miss, gen_hit = generate(mask), generate(mask)
+            eval_prefix._memory.clear()
+            gen_disk = generate(mask)
+            gen_other = generate(torch.ones_like(ids))
+        delta = {k: eval_prefix.STATS[k] - before[k] for k in before}
+    assert delta["misses"] == 3 and delta["hits"] == 3  # batch, prefill, other mask's prefill; then reads
+    assert torch.equal(first, want) and torch.equal(again, want) and torch.equal(masked, want_masked)
+    for sequences, logits in (gen_miss, gen_hit, gen_disk):
+        assert torch.equal(sequences, want_gen[0]) and torch.equal(logits, want_gen[1])
+    assert torch.equal(gen_other[1], other_gen[1])
+    assert "forward" not in model.__dict__
 
 
 def test_a_model_without_a_frozen_prefix_is_not_patched(tmp_path):
@@ -113,8 +138,8 @@ def test_diagnostics_off_scores_retain_tasks_only_with_the_same_fingerprint(micr
     """Kills: the fingerprint over the scored tasks only (a run without the diagnostics would not pair with the dense
     baseline and the records that have them), the switch scoring the diagnostics anyway."""
     bed, tokenizer = micro
-    on = compose_train(["eval=tiny", "eval.limit=3", "+eval.diagnostics=true"]).eval
-    off = compose_train(["eval=tiny", "eval.limit=3", "+eval.diagnostics=false"]).eval
+    on = compose_train(["eval=tiny", "eval.limit=3", "+eval.diagnostics=true", "eval.prefix_cache=false"]).eval
+    off = compose_train(["eval=tiny", "eval.limit=3", "+eval.diagnostics=false", "eval.prefix_cache=false"]).eval
     assert suite_fingerprint(on) == suite_fingerprint(off)
     model = _routed(bed, 1)
     scores, meta = evaluate_suite(model, tokenizer, off, bed)
