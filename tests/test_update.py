@@ -48,18 +48,19 @@ def test_new_trainer_keys_leave_the_hash_at_their_old_values():
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        ([], (True, 0.1, True)),
+        ([], (True, 0.1, False)),  # the testbed: its states cost more than one run's prefix
         (["experiment=smollm2_cpu"], (True, 0.1, True)),
         (["trainer=paper"], (True, 0.1, False)),  # per-sample states of Tulu-3 on an 8B model: terabytes
-        (["method=lora"], (True, 0.1, False)),  # trains every layer: no frozen prefix
-        (["method=skipgpt_rt"], (True, 1.0, True)),  # Gumbel noise per token: sub-batches would redraw it
-        (["method=skipgpt_rt_official"], (True, 1.0, True)),
-        (["method=random_skip"], (True, 1.0, True)),
-        (["method=dense"], (False, 1.0, False)),  # nothing trains: the earlier records' hash
+        (["method=lora", "experiment=smollm2_cpu"], (True, 0.1, False)),  # trains every layer: no frozen prefix
+        (["method=skipgpt_rt"], (True, 1.0, False)),  # Gumbel noise per token: sub-batches would redraw it
+        (["method=skipgpt_rt", "experiment=smollm2_cpu"], (True, 1.0, True)),
+        (["method=skipgpt_rt_official", "experiment=smollm2_cpu"], (True, 1.0, True)),
+        (["method=random_skip", "experiment=smollm2_cpu"], (True, 1.0, True)),
+        (["method=dense", "experiment=smollm2_cpu"], (False, 1.0, False)),  # nothing trains: the earlier hash
         (["method=drop_routable_ffn"], (False, 1.0, False)),
-        (["method=static_drop"], (False, 1.0, False)),
+        (["method=static_drop", "experiment=smollm2_cpu"], (False, 1.0, False)),
         (["method=lora", "trainer.prefix_cache=true"], (True, 0.1, True)),  # the command line wins (then refused)
-        (["method=skipgpt_rt", "trainer.pad_waste=0.1"], (True, 0.1, True)),
+        (["method=skipgpt_rt", "trainer.pad_waste=0.1"], (True, 0.1, False)),
     ],
 )
 def test_speed_options_default_on_where_exact(overrides, expected):
@@ -99,13 +100,13 @@ def _record(overrides, tmp_path, name):
 @pytest.mark.parametrize(
     "method, options",
     [
-        ("hero", []),  # the defaults: labelled logits, pad_waste 0.1, the prefix cache
-        ("hero", ["trainer.pad_waste=0.05", "trainer.prefix_cache=false"]),
+        ("hero", []),  # the testbed's defaults: labelled logits, pad_waste 0.1
+        ("hero", ["trainer.pad_waste=0.05", "trainer.prefix_cache=true"]),  # + the cache, as on SmolLM2
         # SkipGPT-RT and random_skip draw noise per token in training: sub-batches draw it in another layout, so
         # pad_waste < 1 changes their draws (same distribution); their defaults (labelled logits and the prefix
         # cache, one padded batch) keep them.
-        ("skipgpt_rt", []),
-        ("random_skip", []),
+        ("skipgpt_rt", ["trainer.prefix_cache=true"]),  # their defaults on SmolLM2
+        ("random_skip", ["trainer.prefix_cache=true"]),
     ],
 )
 def test_default_speed_options_train_the_same_run(built, tmp_path, method, options):
@@ -127,8 +128,10 @@ def test_default_speed_options_train_the_same_run(built, tmp_path, method, optio
 
 
 def test_lora_trains_at_the_defaults(micro_overrides, tmp_path):
-    """``method=lora`` out of the box: its yaml turns the prefix cache off (kills: the cache on for every method)."""
-    record = _record(micro_overrides + ["method=lora", "eval=none", "trainer.max_steps=1"], tmp_path, "lora")
+    """``method=lora`` out of the box under a trainer whose default caches the prefix (``trainer=smollm2_cpu``): its
+    yaml turns the cache off (kills: lora.yaml without it, or ``method`` before ``trainer`` in train.yaml)."""
+    overrides = ["trainer=smollm2_cpu", *micro_overrides, "method=lora", "eval=none", "trainer.max_steps=1"]
+    record = _record(overrides, tmp_path, "lora")
     assert record["train"]["steps"] == 1
     assert record["config"]["trainer"]["prefix_cache"] is False
 

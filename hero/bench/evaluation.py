@@ -1,9 +1,10 @@
 """``python -m hero.bench eval``: one router scored by today's evaluation path and the fast one, side by side.
 
 Config ``conf/bench_eval.yaml``. The SmolLM2 bed's backbone with one router (a finished run's trained tensors, or
-HeRo's router and adapters with seeded random weights) is scored on each suite three times in one process, at the
-configured thread count, wall clock per variant and per task (lm-eval's own split, ``eval_meta``), after an untimed
-pass over two items of every task (tasks loaded, kernels warm: the first variant pays nothing the others do not):
+HeRo's router and adapters with seeded random weights, their gate logits shifted to a trained router's skip) is
+scored on each suite three times in one process, at the configured thread count, wall and CPU clock per variant
+and per task (lm-eval's own split, ``eval_meta``), after an untimed pass over two items of every task (tasks
+loaded, kernels warm: the first variant pays nothing the others do not):
 
     old    eval.diagnostics=true, eval.prefix_cache=false: every task, the full forward (the path before issue 59)
     cold   eval.diagnostics=false, the prefix's states computed and written to a fresh directory (first router)
@@ -39,6 +40,8 @@ def check(cfg: DictConfig) -> None:
     unknown = [s for s in cfg.suites if s not in SUITES]
     if not cfg.suites or unknown:
         raise ConfigError(f"suites={list(cfg.suites)!r}: allowed suites are {', '.join(SUITES)}")
+    if not 0 <= cfg.skip < 1:
+        raise ConfigError(f"skip={cfg.skip!r}: must lie in [0, 1)")
     if not isinstance(cfg.threads, int) or cfg.threads <= 0:
         raise ConfigError(f"threads={cfg.threads!r}: must be a positive integer")
     if cfg.router is not None and not (Path(cfg.router) / "results.json").is_file():
@@ -61,18 +64,35 @@ def _train_cfg(cfg: DictConfig, suite: str, root: Path):
         return compose(config_name="train", overrides=overrides)
 
 
-def _router(spec, loaded, router: str | None, seed: int):
-    """The prepared model: the run's trained tensors, or HeRo's with seeded random weights (both branches run)."""
+def _router(spec, loaded, router: str | None, seed: int, skip: float = 0.06):
+    """The prepared model: the run's trained tensors, or HeRo's with seeded random weights whose gate logits are
+    shifted (the local head's output bias) so that a share ``skip`` of the (token, routable layer) gates of 16 of
+    the bed's training conversations falls below τ: both branches run, at about a trained router's skip."""
     prepared = spec.method.prepare(spec, loaded.backbone.model, loaded.backbone.tokenizer, loaded.layers, loaded.bed)
+    model = prepared.model
     if router is not None:
         spec.method.load(prepared, Path(router))
-        return prepared.model.eval()
+        return model.eval()
+    from hero.bench.train import bed_items
+    from hero.data import collate
+    from hero.model import last_records
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in prepared.model.named_parameters():
+        for name, p in model.named_parameters():
             if p.requires_grad and not name.endswith(".eta"):
                 p.copy_(torch.randn(p.shape, generator=generator) / max(1, p.shape[-1]) ** 0.5)
-    return prepared.model.eval()
+    items = bed_items(loaded.bed, loaded.backbone.tokenizer, int(spec.data.max_length))[:16]
+    batch = collate(items, loaded.backbone.tokenizer.pad_token_id)
+    model.eval()
+    with torch.no_grad():
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+        valid = batch["attention_mask"].bool()
+        gates = torch.cat([r.gate[valid].float() for r in last_records(model)]).clamp(1e-6, 1 - 1e-6)
+        tau = torch.tensor(float(model.hero_router.config.tau))
+        shift = torch.logit(tau) - torch.logit(torch.quantile(gates, skip))
+        model.hero_router.local_head[2].bias.add_(shift)
+    return model
 
 
 def _variant_eval(eval_cfg, variant: str, directory: Path):
@@ -93,6 +113,14 @@ def _warmup_eval(eval_cfg):
         else:
             task.limit = 2
     return eval_cfg
+
+
+def _executed_share(model) -> float | None:
+    """Share of (token, routable layer) pairs whose FFN ran in the model's last forward (padding included)."""
+    from hero.model import last_records
+
+    records = last_records(model)
+    return float(sum(r.ffn_executed.float().mean() for r in records) / len(records)) if records else None
 
 
 def _bytes(directory: Path) -> int:
@@ -118,7 +146,7 @@ def run(cfg: DictConfig) -> dict:
         for suite in cfg.suites:
             spec = RunSpec.resolve(_train_cfg(cfg, suite, Path(tmp) / "outputs"))
             loaded = spec.load()
-            model = _router(spec, loaded, cfg.router, int(cfg.seed))
+            model = _router(spec, loaded, cfg.router, int(cfg.seed), float(cfg.skip))
             directory = Path(tmp) / f"eval_prefix_{suite}"
             evaluate_suite(model, loaded.backbone.tokenizer, _warmup_eval(spec.eval), loaded.bed)
             rows = {}
@@ -136,6 +164,7 @@ def run(cfg: DictConfig) -> dict:
                     "scores": {name: scores[name][metric] for name, metric in meta["primary_metric"].items()},
                     "diagnostics": {name: scores[name][m] for name, m in meta["diagnostic_metric"].items()},
                     "prefix": {k: eval_prefix.STATS[k] - before[k] for k in before},
+                    "routed_ffn_share": _executed_share(model),
                     "cache_bytes": _bytes(directory),
                 }
             old = rows["old"]

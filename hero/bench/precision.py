@@ -14,8 +14,9 @@ Every variant computes the prefix's states per sample first (``hero.update.prefi
 
 Per variant: the gates' largest and mean absolute difference, the share of (token, layer) pairs whose executed
 decision flips across τ, the skip loss's and LM loss's relative difference, and the cosine and relative norm
-difference of the router's and the adapters' gradients. The router is HeRo's with seeded random weights (gates
-on both sides of τ, as after training; the initialisation puts every gate near σ(3)). Writes a JSON file.
+difference of the router's and the adapters' gradients. The router is HeRo's with seeded random weights, its gate
+logits shifted so that 6 % of the gates fall below τ (``hero.bench.evaluation._router``; the initialisation puts
+every gate near σ(3)). Writes a JSON file.
 """
 
 from __future__ import annotations
