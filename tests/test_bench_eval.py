@@ -46,7 +46,7 @@ def test_cli_scores_one_router_three_ways(tmp_path):
             "hero.bench",
             "eval",
             "suites=[smollm2]",
-            "overrides.smollm2=[eval.limit=2]",
+            'overrides.smollm2=["eval.limit=2"]',
             f"out_dir={out}",
         ],
         cwd=REPO,
