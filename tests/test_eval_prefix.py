@@ -138,8 +138,8 @@ def test_diagnostics_off_scores_retain_tasks_only_with_the_same_fingerprint(micr
     """Kills: the fingerprint over the scored tasks only (a run without the diagnostics would not pair with the dense
     baseline and the records that have them), the switch scoring the diagnostics anyway."""
     bed, tokenizer = micro
-    on = compose_train(["eval=tiny", "eval.limit=3", "+eval.diagnostics=true", "eval.prefix_cache=false"]).eval
-    off = compose_train(["eval=tiny", "eval.limit=3", "+eval.diagnostics=false", "eval.prefix_cache=false"]).eval
+    on = compose_train(["eval=tiny", "eval.limit=3", "eval.diagnostics=true", "eval.prefix_cache=false"]).eval
+    off = compose_train(["eval=tiny", "eval.limit=3", "eval.diagnostics=false", "eval.prefix_cache=false"]).eval
     assert suite_fingerprint(on) == suite_fingerprint(off)
     model = _routed(bed, 1)
     scores, meta = evaluate_suite(model, tokenizer, off, bed)
