@@ -329,7 +329,7 @@ def run_report(args: argparse.Namespace) -> dict:
         _csv(named(adjusted), out / "skip_adjusted.csv"),
     ]
     (out / "matched_skip.md").write_text(
-        _matched_markdown(matched, areas, adjusted, curve_base, reference, runs.tasks, args.level)
+        _matched_markdown(matched, areas, adjusted, curve_base, reference, runs.tasks, args.level, args.skip_axis)
     )
     files.append(out / "matched_skip.md")
     summary.setdefault("curves", {}).update(
@@ -464,6 +464,10 @@ def provider_hint(selector: str, table: int | None, main: dict) -> str:
 
 
 SKIP_AXES = ("param", "net_compute")
+AXIS_NAMES = {
+    "param": "parameter skip (`skip.param_rate`, the paper's: skipped FFN parameters per token over all parameters)",
+    "net_compute": "net compute skip (`skip.net_compute_rate`: FFN FLOPs saved minus router and adapter FLOPs)",
+}
 
 
 def net_compute_axis(frame: pl.DataFrame) -> tuple[pl.DataFrame, str]:
@@ -604,9 +608,12 @@ def _matched_markdown(
     reference: str,
     metrics: dict,
     level: float,
+    axis: str = "param",
 ) -> str:
     lines = [
         "# Quality at matched skip (monotone fit, interpolated; no extrapolation)",
+        "",
+        f"Cost axis (`--skip-axis`): {AXIS_NAMES[axis]}.",
         "",
         f"Reference curve: `{reference}`. Retain baselines: " + "; ".join(x.describe(metrics) for x in base.values()),
         "",

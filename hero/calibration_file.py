@@ -52,7 +52,7 @@ TRAINER_RUN_KEYS = (
     "labelled_logits",
     "pad_waste",
     "prefix_cache",
-    "prefix_cache_dir",
+    "prefix_cache_dir",  # where the machine keeps the frozen prefix (a path under paths.cache), not how it trains
 )
 
 
@@ -96,6 +96,13 @@ def setup_of(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     }
     # options added later, at the value that predates them, leave the setup (and its hash) as it was
     return drop_defaults(setup)
+
+
+def _without_run_keys(setup: dict) -> dict:
+    """A stored setup as ``setup_of`` writes it now: entries calibrated while ``trainer.prefix_cache_dir`` (a path of
+    the calibrating machine's cache) was part of the setup still match on another machine or cache."""
+    trainer = {k: v for k, v in setup.get("trainer", {}).items() if k not in TRAINER_RUN_KEYS}
+    return setup | {"trainer": trainer} if "trainer" in setup else setup
 
 
 def setup_hash(setup: dict) -> str:
@@ -220,7 +227,7 @@ def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
     for entry in matches:
         if entry_setup_hash(entry) == setup_hash(setup):
             return entry
-    diff = _differences(setup, matches[-1]["setup"])
+    diff = _differences(setup, _without_run_keys(matches[-1]["setup"]))
     value = "α" if knob_key == "alpha" else "value"
     raise CalibrationLookupError(
         f"{knob_key}=calibrated: the {value} for {what} in {path} was calibrated "

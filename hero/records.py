@@ -48,6 +48,8 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
                                deviation, tolerance, within_tolerance, study, trial_steps, file
     baseline_key    str        optional: dense runs and baseline records: the baseline cache file's name
                                (backbone weights x suite settings)
+    curve           list       optional: the run scored at each of ``eval.thresholds`` (``hero.scoring.score_curve``):
+                               [{threshold, eval, retain, skip}]; its per-item rows carry ``threshold``
     origin          str        optional: "baseline_cache" (the dense record the pipeline writes once per
                                backbone x suite) or "rescored" (``python -m hero.rescore``)
     baseline_source str        optional, baseline records: the cache file the scores came from
@@ -55,6 +57,9 @@ Fields (schema version 1; a field marked *optional* is left out of the JSON when
     trained_by      str        optional: the record of the finished run whose trained state this run loaded instead
                                of training (same training config, ``hero.results.training_hash``); ``train`` is copied
                                from it, ``wall_time_s`` counts this run's own time (loading and scoring)
+    items           list       not in the JSON: the per-item rows of every scored task (``hero.evaluation.harness.
+                               item_rows``), written by ``write`` to ``items.jsonl.gz`` beside the record; records
+                               written before per-item outputs have no such file
     bench, bench_meta, device  optional, benchmark records (``hero.bench.records``): timings and the machine
     config          dict       the fully resolved Hydra config
     config_hash     str        hash of the config minus run-local keys (``hero.results.config_hash``)
@@ -74,7 +79,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hero.results import SCHEMA_VERSION, git_commit, now_iso, versions, write_atomic
+from hero.results import ITEMS_FILENAME, SCHEMA_VERSION, git_commit, now_iso, versions, write_atomic, write_items
 
 OPTIONAL = (
     "retain_chance",
@@ -90,6 +95,7 @@ OPTIONAL = (
     "bench",
     "bench_meta",
     "device",
+    "curve",
 )
 
 
@@ -128,6 +134,7 @@ class RunRecord:
     bench: dict | None = None
     bench_meta: dict | None = None
     device: dict | str | None = None
+    curve: list[dict] | None = None
     config: dict | None = None
     git_commit: str = field(default_factory=git_commit)
     versions: dict = field(default_factory=versions)
@@ -135,18 +142,22 @@ class RunRecord:
     created: str = field(default_factory=now_iso)
     wandb: dict | None = None
     schema_version: int = SCHEMA_VERSION
+    items: list[dict] | None = field(default=None, repr=False, compare=False)  # not in the JSON: see ``write``
 
     def to_dict(self) -> dict:
         """The JSON object: ``schema_version`` first, optional fields only when set."""
         out = {"schema_version": self.schema_version}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name != "schema_version" and not (f.name in OPTIONAL and value is None):
+            if f.name not in ("schema_version", "items") and not (f.name in OPTIONAL and value is None):
                 out[f.name] = value
         return out
 
     def write(self, path: str | Path) -> Path:
-        """Write atomically (``hero.results.write_atomic``): a reader never sees half a record."""
+        """Write atomically (``hero.results.write_atomic``): a reader never sees half a record. The per-item rows
+        (``items``, when scored) go first to ``items.jsonl.gz`` beside it, so a record never names items it lacks."""
+        if self.items is not None:
+            write_items(Path(path).parent / ITEMS_FILENAME, self.items)
         return write_atomic(path, self.to_dict())
 
     @classmethod

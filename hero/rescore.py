@@ -40,7 +40,7 @@ from hero.errors import ConfigError
 from hero.evaluation import suite_fingerprint
 from hero.logs import logged_to
 from hero.records import RunRecord
-from hero.results import RESULTS_FILENAME, is_completed, read_record_or_none, write_atomic
+from hero.results import ITEMS_FILENAME, RESULTS_FILENAME, is_completed, read_record_or_none, write_atomic
 from hero.scoring import dense_baseline, score, write_baseline_record
 from hero.spec import RunSpec
 from hero.training import seed_everything, set_threads
@@ -145,12 +145,17 @@ def copy_into(path: Path, run_dir: Path, into: Path) -> Path:
     """Copy the rescored record at ``path`` (and its suite's dense record) into the study folder ``into``."""
     record = read_record_or_none(path)
     target = into / f"{record['method']}-{record['variant']}-{run_dir.name}-s{record['seed']}" / RESULTS_FILENAME
+    if (path.parent / ITEMS_FILENAME).is_file():  # first: a record never names items its folder lacks
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path.parent / ITEMS_FILENAME, target.parent / ITEMS_FILENAME)
     write_atomic(target, record)
     keys = {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"*/{RESULTS_FILENAME}")}
     keys |= {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"baselines/*/{RESULTS_FILENAME}")}
     for dense in sorted(path.parents[1].glob(f"baselines/*/{RESULTS_FILENAME}")):
         if (read_record_or_none(dense) or {}).get("baseline_key") not in keys:
             (into / "baselines" / dense.parent.name).mkdir(parents=True, exist_ok=True)
+            if (dense.parent / ITEMS_FILENAME).is_file():
+                shutil.copyfile(dense.parent / ITEMS_FILENAME, into / "baselines" / dense.parent.name / ITEMS_FILENAME)
             shutil.copyfile(dense, into / "baselines" / dense.parent.name / RESULTS_FILENAME)
     return target
 

@@ -29,6 +29,7 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 RESULTS_FILENAME = "results.json"
+ITEMS_FILENAME = "items.jsonl.gz"  # per-item outputs beside a record (``write_items``)
 
 # Keys of the resolved config that do not change what a run computes.
 RUN_LOCAL_KEYS = (
@@ -74,6 +75,8 @@ DEFAULTED_KEYS: dict[str, object] = {
     "trainer.prefix_cache": False,
     # every task of the suite scored, diagnostics included (false: Retain's tasks only; issue 59)
     "eval.diagnostics": True,
+    # scoring at several evaluation thresholds beside the trained one (hero.scoring.score_curve)
+    "eval.thresholds": None,
 }
 
 
@@ -174,6 +177,33 @@ def write_atomic(path: str | os.PathLike, payload: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_items(path: str | os.PathLike, rows: list[dict]) -> Path:
+    """Per-item rows as gzip'd JSON Lines, atomically, byte for byte the same for the same rows (no time or name in
+    the gzip header): a record's ``items.jsonl.gz`` (``hero.evaluation.harness.item_rows``)."""
+    import gzip
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as f:
+            for row in rows:
+                f.write((json.dumps(row, separators=(",", ":"), default=_json_default) + "\n").encode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_items(path: str | os.PathLike) -> list[dict]:
+    """The rows ``write_items`` wrote."""
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _json_default(obj: Any) -> Any:

@@ -23,36 +23,80 @@ from hero.model.flops import Shape, net_compute
 from hero.model.intervention import apply_intervention
 from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
-from hero.results import RESULTS_FILENAME, read_record, write_atomic
+from hero.results import ITEMS_FILENAME, RESULTS_FILENAME, read_items, read_record, write_atomic, write_items
 from hero.spec import Loaded, RunSpec, SpecError
 from hero.statistics import RetainError, chance_normalised, retain
 
 
 def score(spec: RunSpec, loaded: Loaded, prepared: Prepared, record: RunRecord, baseline: dict | None) -> None:
-    """Fill the record's scores, Retain, method card, routing statistics and net compute.
+    """Fill the record's scores, per-item outputs, Retain, method card, routing statistics and net compute.
 
     ``baseline``: the dense baseline's scores (``dense_baseline``), None for the dense method itself and when the
     run is not evaluated. The run's evaluation-only intervention (``hero.model.intervention``) applies from here
-    on: after training, to the scores and the routing statistics alike.
+    on: after training, to the scores and the routing statistics alike. With ``eval.thresholds`` the run is also
+    scored at each of those evaluation thresholds (``score_curve``): ``record.curve``.
     """
-    backbone, bed = loaded.backbone, loaded.bed
     if spec.method.routes:
         apply_intervention(prepared.model, spec.intervention)
-    record.eval, record.eval_meta = evaluate_suite(prepared.model, backbone.tokenizer, spec.eval, bed)
-    if spec.method.reference and spec.evaluates:
-        _store_baseline(spec, backbone, record.eval)
-        record.baseline_key = _baseline_path(spec, backbone).stem
     if prepared.card is not None:
         record.method_card, record.knob = prepared.card, prepared.card["knob"]["value"]
         record.knob_name = prepared.card["knob"]["name"]
-    record.retain = _retain(spec, record.eval, record.eval_meta, baseline)
-    record.retain_chance = _retain_chance(spec, record.eval, record.eval_meta, baseline)
-    record.skip, record.rho = spec.method.statistics(
+    point, items = _score_point(spec, loaded, prepared, baseline)
+    record.eval, record.eval_meta, record.retain, record.retain_chance = (
+        point["eval"],
+        point["eval_meta"],
+        point["retain"],
+        point["retain_chance"],
+    )
+    record.skip, record.rho = point["skip"], point["rho"]
+    if spec.method.reference and spec.evaluates:
+        _store_baseline(spec, loaded.backbone, record.eval, items)
+        record.baseline_key = _baseline_path(spec, loaded.backbone).stem
+    if spec.eval.get("thresholds"):
+        record.curve = score_curve(spec, loaded, prepared, baseline, items)
+    record.items = items if spec.evaluates else None
+
+
+def score_curve(spec: RunSpec, loaded: Loaded, prepared: Prepared, baseline: dict | None, items: list) -> list[dict]:
+    """The run scored at each evaluation threshold of ``eval.thresholds``: one training, its own Retain–cost curve.
+
+    Each point: ``threshold``, the suite's scores, Retain, and the skip section on both cost axes (``param_rate``,
+    ``net_compute_rate``, per-layer FFN execution rates); its per-item rows join ``items`` with ``threshold`` set.
+    The trained threshold is restored afterwards. Analysis matches two runs at exactly one skip by mixing the two
+    thresholds that bracket it (``analysis.matched``).
+    """
+    method, trained = spec.method, spec.method.threshold_of(prepared)
+    points = []
+    try:
+        for threshold in spec.eval.thresholds:
+            method.set_threshold(prepared, float(threshold))
+            point, rows = _score_point(spec, loaded, prepared, baseline)
+            items.extend(row | {"threshold": float(threshold)} for row in rows)
+            points.append({"threshold": float(threshold)} | {k: point[k] for k in ("eval", "retain", "skip")})
+    finally:
+        method.set_threshold(prepared, trained)
+    return points
+
+
+def _score_point(spec: RunSpec, loaded: Loaded, prepared: Prepared, baseline: dict | None) -> tuple[dict, list]:
+    """Scores, Retain, routing statistics and net compute of the prepared model as it is routed now."""
+    backbone, bed, items = loaded.backbone, loaded.bed, []
+    scores, meta = evaluate_suite(prepared.model, backbone.tokenizer, spec.eval, bed, items)
+    skip, rho = spec.method.statistics(
         prepared, lambda: _routing_batches(spec, backbone.tokenizer, bed), bed.token_classes if bed else None
     )
     shape = Shape.from_config(backbone.model.config)
     router, adapter = spec.method.compute_cost(spec.resolved, shape, len(loaded.layers))
-    record.skip.update(net_compute(shape, record.skip["per_layer_ffn_rate"], router, adapter, spec.data.max_length))
+    skip.update(net_compute(shape, skip["per_layer_ffn_rate"], router, adapter, spec.data.max_length))
+    point = {
+        "eval": scores,
+        "eval_meta": meta,
+        "retain": _retain(spec, scores, meta, baseline),
+        "retain_chance": _retain_chance(spec, scores, meta, baseline),
+        "skip": skip,
+        "rho": rho,
+    }
+    return point, items
 
 
 def _routing_batches(spec: RunSpec, tokenizer, bed):
@@ -116,10 +160,19 @@ def dense_baseline(spec: RunSpec, loaded: Loaded) -> dict | None:
             "other baselines are chosen in analysis (python -m analysis.report --help)"
         )
     path = _baseline_path(spec, loaded.backbone)
-    if path.is_file():
+    if path.is_file() and _items_path(path).is_file():
         return {**read_record(path), "source": str(path)}
-    scores, _ = evaluate_suite(loaded.backbone.model, loaded.backbone.tokenizer, spec.eval, loaded.bed)
-    return {**_store_baseline(spec, loaded.backbone, scores), "source": str(path)}
+    items = []
+    scores, _ = evaluate_suite(loaded.backbone.model, loaded.backbone.tokenizer, spec.eval, loaded.bed, items)
+    if path.is_file():  # cached before baselines kept their items: the items are added, the scores stay as cached
+        write_items(_items_path(path), items)
+        return {**read_record(path), "source": str(path)}
+    return {**_store_baseline(spec, loaded.backbone, scores, items), "source": str(path)}
+
+
+def _items_path(baseline_path: Path) -> Path:
+    """The dense baseline's per-item rows beside its cache file: ``<key>.items.jsonl.gz``."""
+    return baseline_path.with_name(baseline_path.stem + "." + ITEMS_FILENAME)
 
 
 def write_baseline_record(spec: RunSpec, loaded: Loaded, baseline: dict, meta: dict, root: Path) -> Path | None:
@@ -160,10 +213,14 @@ def write_baseline_record(spec: RunSpec, loaded: Loaded, baseline: dict, meta: d
         baseline_key=key,
         baseline_source=baseline["source"],
     )
+    items = _items_path(Path(baseline["source"]))
+    record.items = read_items(items) if items.is_file() else None
     return record.write(path)
 
 
-def _store_baseline(spec: RunSpec, backbone, scores) -> dict:
+def _store_baseline(spec: RunSpec, backbone, scores, items: list) -> dict:
     payload = {"backbone": spec.model.name, "suite": spec.eval.suite, "limit": spec.eval.limit, "eval": scores}
-    write_atomic(_baseline_path(spec, backbone), payload)
+    path = _baseline_path(spec, backbone)
+    write_items(_items_path(path), items)
+    write_atomic(path, payload)
     return payload

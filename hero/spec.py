@@ -230,7 +230,32 @@ def check(cfg: DictConfig) -> tuple[Method, dict, Intervention]:
             f"intervention{intervention.suffix}: interventions change routed blocks; "
             f"method={method.name} routes nothing"
         )
+    check_thresholds(cfg, method)
     return method, options, intervention
+
+
+def check_thresholds(cfg: DictConfig, method: Method) -> None:
+    """``eval.thresholds``: null, or a list of distinct numbers in (0, 1) for a method with an evaluation threshold
+    (``Method.threshold``) on an evaluated run."""
+    thresholds = cfg.eval.get("thresholds")
+    if thresholds is None:
+        return
+    values = list(thresholds) if OmegaConf.is_list(thresholds) else None
+    if (
+        not values
+        or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0 for v in values)
+        or len(set(values)) != len(values)
+    ):
+        raise SpecError(f"eval.thresholds={thresholds!r}: must be null or a list of distinct numbers in (0, 1)")
+    if method.threshold is None:
+        raise SpecError(
+            f"eval.thresholds={thresholds!r}: method={method.name} has no evaluation threshold; "
+            "methods with one: hero (router.tau), skipgpt_rt (P(execute))"
+        )
+    if cfg.eval.suite == "none":
+        raise SpecError(f"eval.thresholds={thresholds!r}: eval=none scores nothing")
+    if cfg.method.get("eval_gate") == "gumbel":
+        raise SpecError(f"eval.thresholds={thresholds!r}: method.eval_gate=gumbel samples its gate; use argmax")
 
 
 def check_bed_pairing(cfg: DictConfig) -> None:

@@ -780,3 +780,42 @@ def test_trial_executors_get_a_time_limit_fit_for_a_training_run(tmp_path):
     assert make_executor("local", None, tmp_path)._executor.parameters["timeout_min"] == DEFAULT_TIMEOUT_MIN >= 60
     launcher = OmegaConf.load(REPO / "conf" / "hydra" / "launcher" / "hero_local.yaml")
     assert make_executor("local", launcher, tmp_path)._executor.parameters["timeout_min"] == launcher.timeout_min
+
+
+@pytest.mark.parametrize(
+    "study, overrides",
+    [
+        # calibrated before trainer.prefix_cache_dir existed: its setups lack the key
+        ("router_memory_smollm2", ["calibration.target_skip=0.06", "ablation=full", "trainer.num_threads=1"]),
+        # calibrated after: its setups hold the calibrating machine's /root/.cache/hero/prefix
+        (
+            "budget_smollm2",
+            [
+                "model.recipe=x10",
+                "calibration.target_skip=0.12",
+                "variant=full+u90",
+                "trainer.max_steps=90",
+                "trainer.labelled_logits=true",
+                "trainer.pad_waste=0.1",
+                "trainer.prefix_cache=true",
+                "trainer.num_threads=1",
+            ],
+        ),
+    ],
+)
+def test_committed_calibrations_resolve_on_any_cache(study, overrides, tmp_path):
+    """A committed study's alpha=calibrated resolves whatever paths.cache is (HERO_CACHE on a fresh machine).
+    Mutant killed: trainer.prefix_cache_dir left in the compared setup (the lookup then fails with 'a different setup')."""
+    from hero.spec import RunSpec
+
+    cfg = compose_train(
+        [
+            "experiment=smollm2_cpu",
+            "method=hero",
+            "alpha=calibrated",
+            f"paths.cache={tmp_path}",
+            f"calibration.file={REPO}/docs/studies/{study}/calibration.json",
+            *overrides,
+        ]
+    )
+    assert RunSpec.resolve(cfg).knob.calibrated

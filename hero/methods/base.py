@@ -71,6 +71,8 @@ class Method:
     reference: ClassVar[bool] = False  # the Retain baseline itself (dense): it writes the baseline cache
     routes: ClassVar[bool] = False  # tokens are routed: training and statistics collect gates, interventions apply
     state_dir: ClassVar[str] = TRAINED_DIR  # where a trained run keeps its trainable tensors, in its run dir
+    # what ``eval.thresholds`` sets at evaluation (``set_threshold``); None: the method has no such threshold
+    threshold: ClassVar[str | None] = None
 
     def options(self, cfg) -> dict:
         """The method's own options, checked, before any compute (``hero.spec``; the one place a method reads the
@@ -91,6 +93,14 @@ class Method:
         method with the resolved ``config`` (a record's ``config``): what ``hero.model.flops.net_compute`` charges.
         A method that routes nothing pays nothing."""
         return [0] * num_routable, None
+
+    def threshold_of(self, prepared: Prepared) -> float:
+        """The evaluation threshold the prepared model routes with now (``threshold``)."""
+        raise MethodConfigError(f"method={self.name} has no evaluation threshold (eval.thresholds must be null)")
+
+    def set_threshold(self, prepared: Prepared, value: float) -> None:
+        """Route with evaluation threshold ``value`` from now on; training is untouched (``hero.scoring.score_curve``)."""
+        raise MethodConfigError(f"method={self.name} has no evaluation threshold (eval.thresholds must be null)")
 
     def statistics(self, prepared: Prepared, batches: Callable, classes) -> tuple[dict, dict]:
         """(skip section, learned ρ) of the prepared model on routing data (``batches()`` yields them)."""

@@ -7,6 +7,8 @@ refuses to put on another backbone, layer set or router config.
 
 from __future__ import annotations
 
+import dataclasses
+
 from omegaconf import OmegaConf
 
 from hero.methods.base import Method, Prepared
@@ -19,6 +21,7 @@ class HeRo(Method):
     name = "hero"
     routes = True
     state_dir = "router"
+    threshold = "router.tau: a token's FFN runs where its gate g ≥ τ (eq 3)"
 
     def options(self, cfg) -> dict:
         """The router options (``router:``; the ``ablation=`` group switches its booleans), checked."""
@@ -26,6 +29,13 @@ class HeRo(Method):
 
     def prepare(self, spec, model, tokenizer, layers, bed) -> Prepared:
         return Prepared(attach(model, layers, config=spec.options["router"]), trains=True, weight=spec.alpha)
+
+    def threshold_of(self, prepared) -> float:
+        return prepared.model.hero_router.config.tau
+
+    def set_threshold(self, prepared, value: float) -> None:
+        router = prepared.model.hero_router
+        router.config = dataclasses.replace(router.config, tau=value)
 
     def compute_cost(self, config, shape, num_routable):
         """HeRo's router at every routable block (``hero.model.flops.router_flops``; a ``matched`` local head at its

@@ -11,6 +11,8 @@ with the backbone frozen (router tuning, "RT"). For routable block j and token t
     train: y = softmax((ℓ + G) / T),  G ~ Gumbel(0, 1)     i.i.d. per token, layer and logit
            g = (onehot(argmax y) + (y − sg(y)))[execute]   exactly 0 or 1; gradient of y (straight-through)
     eval:  g = 1[ℓ_execute > ℓ_skip]                       hard argmax, no noise (method.eval_gate=argmax)
+           g = 1[ℓ_execute − ℓ_skip > logit(t)]            at evaluation threshold t on P(execute) (eval.thresholds;
+                                                           t = 0.5 is the argmax)
     h = h̄ + g · FFN(LN_ffn(h̄))                             skipped tokens keep h̄ (no adapter)
 
     L = L_LM + λ (r̄ − (1 − s*))²,   r̄ = mean of g over valid prediction positions and routable layers
@@ -29,6 +31,7 @@ training updates, T_s = T_0 − (T_0 − T_1)·s/S for update s of S (``temperat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -127,6 +130,7 @@ class SkipGPTRouter(Policy):
         self.temperature_final = float(temperature if temperature_final is None else temperature_final)
         self.temperature = self.temperature_initial
         self.eval_gate = eval_gate
+        self.eval_threshold = 0.5  # P(execute) a token needs at evaluation (the argmax gate: 0.5)
         with torch.no_grad():
             if router == "mlp":
                 self.routers = nn.ModuleList(MLPRouter(hidden_size) for _ in range(num_routable))
@@ -150,13 +154,13 @@ class SkipGPTRouter(Policy):
 
     def step(self, j: int, hbar: torch.Tensor, carry, rho: torch.Tensor):
         logits = self.logits(j, hbar)
+        margin = logits[:, EXECUTE_LOGIT] - logits[:, SKIP_LOGIT]
         if self.training:
             gate, _ = straight_through_gate(logits, self.temperature)
         elif self.eval_gate == "gumbel":
             gate = straight_through_gate(logits, self.temperature_final)[0].detach()
-        else:
-            gate = (logits[:, EXECUTE_LOGIT] > logits[:, SKIP_LOGIT]).float()
-        margin = logits[:, EXECUTE_LOGIT] - logits[:, SKIP_LOGIT]
+        else:  # P(execute) > t ⇔ margin > logit(t); t = 0.5 is the argmax (a − b > 0 ⇔ a > b in IEEE floats)
+            gate = (margin > math.log(self.eval_threshold / (1.0 - self.eval_threshold))).float()
         return hard_decision(gate, margin), carry
 
 
@@ -217,6 +221,19 @@ class SkipGPTRT(Table1Method):
             card=card,
             regularizer=partial(sparsity_loss, target_ratio=float(ratio)),
         )
+
+    threshold = "P(execute) = softmax(ℓ)_execute a token needs at evaluation (the argmax gate: 0.5)"
+
+    def threshold_of(self, prepared) -> float:
+        return prepared.model.hero_router.eval_threshold
+
+    def set_threshold(self, prepared, value: float) -> None:
+        router = prepared.model.hero_router
+        if router.eval_gate == "gumbel":
+            raise MethodConfigError(
+                "method.eval_gate=gumbel samples its gate at evaluation: eval.thresholds must be null"
+            )
+        router.eval_threshold = value
 
     def compute_cost(self, config, shape, num_routable):
         """RMS normalisation and the router per token at every routable block (``skipgpt_router_flops``): Linear(d, 2),

@@ -109,7 +109,7 @@ class SmolLM2Bed:
     name = "smollm2"
     data_source = "smollm2"
     suite = "smollm2"
-    scored_on = ("smollm2", "paper7", "paper7_cpu", "extended9", "none")
+    scored_on = ("smollm2", "paper7", "paper7_cpu", "extended9", "public", "none")
     tasks = TASKS
     token_classes = TOKEN_CLASSES
 

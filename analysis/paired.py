@@ -1,0 +1,404 @@
+"""Two groups of runs compared paired by seed and by item: the Retain difference, its interval, and where its noise
+comes from (item sampling vs training seed), with a design calculator for how many seeds × items resolve X points.
+
+    python -m analysis.paired RECORDS... --a variant=full --b variant=no_memory_read [--at 0.12 --axis param]
+                              [--seed-records DIR...] [--resolve 3]
+
+A group is the records matching a selector (``key=value`` on record fields: method, variant, alpha, knob, …). The
+two groups are compared on the seeds they share and, per task, on the items they share (same item id and document
+hash); groups that share no seed, or suites with different fingerprints, are refused in one line.
+
+The difference of group means is ``D = mean_s [Retain_A(s) − Retain_B(s)]`` over the S shared seeds, each Retain
+recomputed from the items against the dense baseline's task values (it equals the record's Retain up to float
+order). Its variance, per task t with the items' differences d_si = a_si − b_si (two-way layout, seeds × items)
+linearised into Retain points by c_t = 100 / (T · dense_t) · dv_t/d(mean s) (``analysis.items``):
+
+    d_si = μ + α_s + β_i + ε_si          α: training seed, β: item, ε: seed × item
+    Var(D) = σ²_α,R / S  +  Σ_t c_t² (σ²_β,t / I_t  +  σ²_ε,t / (S · I_t))
+
+σ²_β,t and σ²_ε,t from the ANOVA mean squares of each task; σ²_α,R (the seed effect on the Retain difference) from
+the variance over seeds of the per-seed Retain differences minus their interaction part. With one shared seed the
+interaction cannot be told from the item effect, nor the seed effect measured: ``--seed-records`` then takes σ²_α,R
+from records without items (their per-seed Retain differences on shared seeds, an upper bound that includes the
+interaction), and the item component is the items' variance (also including it): both bounds are conservative.
+The interval is t with Satterthwaite's degrees of freedom; a hierarchical bootstrap (seeds, then items within each
+task, the same draws for both groups) is reported beside it as a check.
+
+``design`` answers the calculator's question from measured components: the 95 % half-width for S seeds per group
+and items × k per task, and the CPU cost on this machine from the records' own training and per-item scoring times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from analysis.items import ItemsError, item_frame, slope, task_values
+from analysis.stats import t_quantile
+
+LEVEL = 0.95
+
+
+@dataclass
+class Run:
+    """One scored run: its record, items at one operating point (trained threshold or a matched mixture), the
+    task values they give, and its skip on both axes."""
+
+    path: Path
+    record: dict
+    items: pl.DataFrame
+    values: dict[str, float]
+    param_skip: float
+    compute_skip: float
+
+    @property
+    def seed(self) -> int:
+        return self.record["seed"]
+
+
+@dataclass
+class Components:
+    """Measured variance components of a paired Retain difference (Retain points²)."""
+
+    tasks: list[str]
+    c: dict[str, float]  # Retain points per unit of a task's mean item score
+    items: dict[str, int]  # I_t: shared items per task
+    item_var: dict[str, float]  # σ²_β,t (with one seed: σ²_β,t + σ²_ε,t)
+    inter_var: dict[str, float]  # σ²_ε,t (0 with one seed, folded into item_var)
+    seed_var: float  # σ²_α,R
+    seeds: int  # S the components were measured on
+    seed_source: str  # "items" or "records (…)"
+    per_task_seed_var: dict[str, float] = field(default_factory=dict)
+    seed_df: int | None = None  # degrees of freedom of σ²_α,R where it was measured (None: seeds − 1)
+
+    def variance(self, seeds: int, scale: float = 1.0) -> tuple[float, float, float]:
+        """(seed, item, seed × item) parts of Var(D) for ``seeds`` per group and items × ``scale`` per task."""
+        item = sum(self.c[t] ** 2 * self.item_var[t] / (self.items[t] * scale) for t in self.tasks)
+        inter = sum(self.c[t] ** 2 * self.inter_var[t] / (seeds * self.items[t] * scale) for t in self.tasks)
+        return self.seed_var / seeds, item, inter
+
+    def half_width(self, seeds: int, scale: float = 1.0, seed_df: int | None = None) -> float:
+        """95 % half-width of D: t at Satterthwaite's degrees of freedom × √Var(D). The seed part's degrees of freedom
+        are ``seed_df`` (where σ²_α,R was measured), else those of a study that estimates it on its own seeds."""
+        parts = self.variance(seeds, scale)
+        total = sum(parts)
+        dfs = (seed_df or max(seeds - 1, 1), sum(max(n * scale - 1, 1) for n in self.items.values()), 10**6)
+        denom = sum(p**2 / d for p, d in zip(parts, dfs, strict=True) if p > 0)
+        df = max(1, int(total**2 / denom)) if denom > 0 else 10**6
+        return t_quantile(LEVEL, min(df, 10**6)) * math.sqrt(total)
+
+
+def load_run(path: str | Path, at: float | None = None, axis: str = "param") -> Run:
+    """A run at its trained threshold, or at exactly skip ``at`` on ``axis`` through its curve (``analysis.matched``)."""
+    from analysis.matched import at_skip
+
+    path = Path(path)
+    record = json.loads(path.read_text())
+    items = item_frame(path)
+    if at is not None:
+        items, values, param, compute = at_skip(record, items, at, axis, path)
+    else:
+        items = items.filter(pl.col("threshold").is_null())
+        values = task_values(items)
+        param, compute = record["skip"]["param_rate"], record["skip"].get("net_compute_rate", float("nan"))
+    return Run(path, record, items, values, param, compute)
+
+
+def dense_values(run: Run, roots: list[str]) -> dict[str, float]:
+    """The dense baseline's task values on ``run``'s Retain tasks, plus ``p_gold`` values from its items.
+
+    The baseline is the one the run's Retain names (``retain.baseline_source``, a cache file keyed by backbone ×
+    suite): its record under ``<root>/baselines/<key>/`` when one of ``roots`` holds it, else the cache file."""
+    source = Path(run.record["retain"]["baseline_source"])
+    primary = run.record["eval_meta"]["primary_metric"]
+    found = [p for r in roots for p in Path(r).rglob(f"baselines/{source.stem}/results.json")] if roots else []
+    path = found[0] if found else source
+    if not path.is_file():
+        raise ItemsError(f"dense baseline {source.stem}: neither a baselines/ record under {roots} nor {source}")
+    scores = json.loads(path.read_text())["eval"]
+    values = {t: scores[t][m] for t, m in primary.items()}
+    items = path.parent / "items.jsonl.gz" if found else source.with_name(source.stem + ".items.jsonl.gz")
+    try:
+        derived = task_values(item_frame(path, path=items, primary=primary).filter(pl.col("task").str.contains(":")))
+    except ItemsError:
+        derived = {}
+    return values | derived
+
+
+def _check_pairable(a: list[Run], b: list[Run]) -> list[int]:
+    prints = {r.record["eval_meta"].get("fingerprint") for r in a + b}
+    if len(prints) != 1:
+        raise ItemsError(f"the two groups were scored on different suites (fingerprints {sorted(map(str, prints))})")
+    seeds = sorted({r.seed for r in a} & {r.seed for r in b})
+    if not seeds:
+        raise ItemsError(
+            f"no shared seed: A has seeds {sorted(r.seed for r in a)}, B has {sorted(r.seed for r in b)}; "
+            "an unpaired difference is not what this tool reports"
+        )
+    return seeds
+
+
+def _matrices(a: dict[int, Run], b: dict[int, Run], seeds: list[int], task: str):
+    """(A, B) score matrices seeds × shared items of ``task`` (items keyed by id and document hash)."""
+    keys = None
+    for run in [a[s] for s in seeds] + [b[s] for s in seeds]:
+        k = set(run.items.filter(pl.col("task") == task).select("item", "doc").iter_rows())
+        keys = k if keys is None else keys & k
+    keys = sorted(keys or ())
+    if not keys:
+        raise ItemsError(f"task {task}: the two groups share no item")
+
+    def matrix(runs):
+        rows = []
+        for run in runs:
+            frame = run.items.filter(pl.col("task") == task).select("item", "doc", "score")
+            lookup = {(i, d): s for i, d, s in frame.iter_rows()}
+            rows.append([lookup[k] for k in keys])
+        return np.array(rows, dtype=np.float64)
+
+    return matrix([a[s] for s in seeds]), matrix([b[s] for s in seeds]), keys
+
+
+def _tokens(run: Run, task: str) -> float:
+    return run.items.filter(pl.col("task") == task)["tokens"].mean()
+
+
+def compare(a: list[Run], b: list[Run], dense: dict[str, float], tasks: list[str] | None = None) -> dict:
+    """D, its components and interval, and the bootstrap check, for groups ``a`` and ``b`` (lists of runs)."""
+    seeds = _check_pairable(a, b)
+    by_a, by_b = {r.seed: r for r in a}, {r.seed: r for r in b}
+    tasks = tasks or sorted(t for t in by_a[seeds[0]].values if ":" not in t)
+    kinds = by_a[seeds[0]].items.group_by("task").agg(pl.col("kind").first(), pl.col("metric").first())
+    kind = {t: (k, m) for t, k, m in kinds.iter_rows()}
+    mats, c = {}, {}
+    for t in tasks:
+        mats[t] = _matrices(by_a, by_b, seeds, t)
+        mid = 0.5 * (np.mean([by_a[s].values[t] for s in seeds]) + np.mean([by_b[s].values[t] for s in seeds]))
+        c[t] = 100.0 / (len(tasks) * dense[t]) * slope(*kind[t], mid, _tokens(by_a[seeds[0]], t))
+    per_seed = [
+        100.0 * np.mean([by_a[s].values[t] / dense[t] - by_b[s].values[t] / dense[t] for t in tasks]) for s in seeds
+    ]
+    S = len(seeds)
+    item_var, inter_var, per_task_seed = {}, {}, {}
+    for t in tasks:
+        d = mats[t][0] - mats[t][1]
+        n_items = d.shape[1]
+        col = d.mean(axis=0)
+        if S == 1:
+            item_var[t], inter_var[t] = float(np.var(col, ddof=1)) if n_items > 1 else 0.0, 0.0
+            continue
+        row, grand = d.mean(axis=1), d.mean()
+        ms_item = S * np.sum((col - grand) ** 2) / (n_items - 1)
+        ms_seed = n_items * np.sum((row - grand) ** 2) / (S - 1)
+        ms_res = np.sum((d - row[:, None] - col[None, :] + grand) ** 2) / ((S - 1) * (n_items - 1))
+        inter_var[t] = float(ms_res)
+        item_var[t] = float(max(0.0, (ms_item - ms_res) / S))
+        per_task_seed[t] = float(max(0.0, (ms_seed - ms_res) / n_items)) * c[t] ** 2
+    items = {t: mats[t][0].shape[1] for t in tasks}
+    seed_var = float("nan")
+    if S > 1:
+        inter = sum(c[t] ** 2 * inter_var[t] / items[t] for t in tasks)
+        seed_var = max(0.0, float(np.var(per_seed, ddof=1)) - inter)
+    comp = Components(tasks, c, items, item_var, inter_var, seed_var, S, "items", per_task_seed)
+    return {
+        "seeds": seeds,
+        "difference": float(np.mean(per_seed)),
+        "per_seed": per_seed,
+        "per_task": {
+            t: float(np.mean([100.0 * (by_a[s].values[t] - by_b[s].values[t]) / dense[t] for s in seeds]))
+            for t in tasks
+        },
+        "components": comp,
+        "bootstrap": bootstrap(mats, c, seeds),
+        "skip": {
+            "a": (np.mean([by_a[s].param_skip for s in seeds]), np.mean([by_a[s].compute_skip for s in seeds])),
+            "b": (np.mean([by_b[s].param_skip for s in seeds]), np.mean([by_b[s].compute_skip for s in seeds])),
+        },
+    }
+
+
+def with_record_seeds(comp: Components, a_retain: dict[int, float], b_retain: dict[int, float]) -> Components:
+    """``comp`` with σ²_α,R from records without items: the variance over shared seeds of their Retain differences
+    (it includes the seed × item interaction, so it bounds the seed component from above)."""
+    shared = sorted(set(a_retain) & set(b_retain))
+    if len(shared) < 2:
+        raise ItemsError(f"--seed-records: need ≥ 2 shared seeds with Retain, found {shared}")
+    diffs = [a_retain[s] - b_retain[s] for s in shared]
+    comp.seed_var, comp.seed_source = float(np.var(diffs, ddof=1)), f"records (seeds {shared})"
+    comp.seed_df = len(shared) - 1
+    return comp
+
+
+def bootstrap(mats: dict, c: dict[str, float], seeds: list[int], draws: int = 2000, seed: int = 0) -> dict:
+    """Hierarchical bootstrap of the linearised D: seeds, then items within each task; the same draws for A and B."""
+    rng = np.random.default_rng(seed)
+    S, out = len(seeds), np.empty(draws)
+    for k in range(draws):
+        s_idx = rng.integers(0, S, S)
+        total = 0.0
+        for t, (ma, mb, _) in mats.items():
+            i_idx = rng.integers(0, ma.shape[1], ma.shape[1])
+            total += c[t] * (ma[np.ix_(s_idx, i_idx)] - mb[np.ix_(s_idx, i_idx)]).mean()
+        out[k] = total
+    lo, hi = np.quantile(out, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return {"std": float(out.std(ddof=1)), "lo": float(lo), "hi": float(hi), "draws": draws}
+
+
+def design(
+    comp: Components, target: float, cost: dict | None = None, max_seeds: int = 30, scales=(1, 2, 4, 8)
+) -> list[dict]:
+    """For each item scale k (items × k per task): the fewest seeds per group whose half-width ≤ ``target``, that
+    half-width, and (with ``cost``: {"train_s", "eval_s_per_item": {task: s}}) the CPU-hours of both groups."""
+    rows = []
+    for scale in scales:
+        found = next((s for s in range(2, max_seeds + 1) if comp.half_width(s, scale) <= target), None)
+        row = {"items_x": scale, "items": {t: n * scale for t, n in comp.items.items()}, "seeds": found}
+        row["half_width"] = comp.half_width(found or max_seeds, scale)
+        if cost is not None and found is not None:
+            per_run = cost["train_s"] + sum(
+                cost["eval_s_per_item"].get(t.split(":")[0], 0.0) * n * scale for t, n in comp.items.items()
+            )
+            row["cpu_hours"] = 2 * found * per_run / 3600
+        rows.append(row)
+    return rows
+
+
+def run_cost(runs: list[Run]) -> dict:
+    """Training seconds and scoring seconds per item per task, averaged over ``runs`` (their records' own times)."""
+    train, per_item = [], {}
+    for run in runs:
+        meta = run.record["eval_meta"]
+        train.append(run.record["wall_time_s"] - meta["wall_time_s"])
+        for t, spec in meta["tasks"].items():
+            n = (spec.get("n_samples") or {}).get("effective")
+            if n and spec.get("wall_time_s") is not None:
+                per_item.setdefault(t, []).append(spec["wall_time_s"] / n)
+    return {"train_s": float(np.mean(train)), "eval_s_per_item": {t: float(np.mean(v)) for t, v in per_item.items()}}
+
+
+def _select(paths: list[Path], selector: str) -> list[Path]:
+    want = dict(part.split("=", 1) for part in selector.split(",") if part)
+    out = []
+    for p in paths:
+        rec = json.loads(p.read_text())
+        if all(str(rec.get(k)) == v for k, v in want.items()):
+            out.append(p)
+    return out
+
+
+def _records(roots: list[str]) -> list[Path]:
+    out = []
+    for root in roots:
+        root = Path(root)
+        out += [root] if root.is_file() else sorted(root.rglob("results.json"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.paired", description=__doc__.split("\n\n")[0])
+    parser.add_argument("records", nargs="+", help="record files or directories holding them")
+    parser.add_argument("--a", required=True, help="group A selector, e.g. variant=full")
+    parser.add_argument("--b", required=True, help="group B selector, e.g. variant=no_memory_read")
+    parser.add_argument(
+        "--tasks",
+        help="tasks to compare, comma-separated (default: the Retain tasks); "
+        "<task>:p_gold is the gold choice's probability, a continuous measure",
+    )
+    parser.add_argument("--at", type=float, help="compare at exactly this skip, through each run's curve")
+    parser.add_argument("--axis", choices=("param", "compute"), default="param", help="the skip axis of --at")
+    parser.add_argument("--seed-records", nargs="*", default=[], help="records without items for the seed component")
+    parser.add_argument(
+        "--seed-std",
+        type=float,
+        help="the seed component from elsewhere: each group's Retain std over seeds (e.g. another study's); the "
+        "difference's seed variance is then taken as 2·std² (the groups' seed effects independent: conservative)",
+    )
+    parser.add_argument("--seed-std-seeds", type=int, default=2, help="how many seeds --seed-std was measured on")
+    parser.add_argument("--resolve", type=float, help="design: seeds × items that resolve this many Retain points")
+    parser.add_argument(
+        "--train-hours", type=float, help="design: CPU-hours to train one run (default: these runs' own training time)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        paths = [p for p in _records(args.records) if (p.parent / "items.jsonl.gz").is_file()]
+        a = [load_run(p, args.at, args.axis) for p in _select(paths, args.a)]
+        b = [load_run(p, args.at, args.axis) for p in _select(paths, args.b)]
+        if not a or not b:
+            raise ItemsError(f"--a {args.a}: {len(a)} runs with items, --b {args.b}: {len(b)}; each needs ≥ 1")
+        dense = dense_values(a[0], args.records)
+        result = compare(a, b, dense, args.tasks.split(",") if args.tasks else None)
+        comp = result["components"]
+        if args.seed_records:
+            seed_paths = _records(args.seed_records)
+            retain = {
+                sel: {
+                    json.loads(p.read_text())["seed"]: json.loads(p.read_text())["retain"]["value"]
+                    for p in _select(seed_paths, sel)
+                }
+                for sel in (args.a, args.b)
+            }
+            with_record_seeds(comp, retain[args.a], retain[args.b])
+        if args.seed_std is not None:
+            comp.seed_var, comp.seed_source = 2 * args.seed_std**2, f"--seed-std {args.seed_std:g} (2·std²)"
+            comp.seed_df = args.seed_std_seeds - 1
+    except (ItemsError, OSError, KeyError) as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return 2
+    print(report(result, args, a + b))
+    return 0
+
+
+def report(result: dict, args, runs: list[Run]) -> str:
+    comp = result["components"]
+    axis = f"matched at {args.at:.4g} {args.axis} skip" if args.at is not None else "at each run's trained threshold"
+    lines = [
+        f"A = {args.a}, B = {args.b}; {axis}; shared seeds {result['seeds']}; items per task {comp.items}",
+        f"skip A: param {result['skip']['a'][0]:.4f}, net compute {result['skip']['a'][1]:.4f}; "
+        f"B: param {result['skip']['b'][0]:.4f}, net compute {result['skip']['b'][1]:.4f}",
+        f"D = Retain(A) − Retain(B) = {result['difference']:+.2f} (per seed {', '.join(f'{x:+.2f}' for x in result['per_seed'])})",
+    ]
+    if not math.isnan(comp.seed_var):
+        seed, item, inter = comp.variance(comp.seeds)
+        lines.append(
+            f"95 % half-width ±{comp.half_width(comp.seeds, seed_df=comp.seed_df):.2f}; variance: seed {seed:.3f}, item {item:.3f}, "
+            f"seed×item {inter:.3f} (seed component from {comp.seed_source})"
+        )
+    else:
+        lines.append(f"one shared seed: item component {comp.variance(1)[1]:.3f} (incl. seed×item); no seed component")
+    boot = result["bootstrap"]
+    lines.append(f"bootstrap (seeds, items): std {boot['std']:.2f}, 95 % [{boot['lo']:+.2f}, {boot['hi']:+.2f}]")
+    lines.append("task              D_t    c_t      σ²_item     σ²_seed×item   items")
+    for t in comp.tasks:
+        lines.append(
+            f"{t:16s} {result['per_task'][t]:+6.2f} {comp.c[t]:8.3g} {comp.item_var[t]:11.4g} {comp.inter_var[t]:13.4g} {comp.items[t]:7d}"
+        )
+    if args.resolve and not math.isnan(comp.seed_var):
+        lines.append(f"design for ±{args.resolve:g} Retain points (cost from these runs' own times):")
+        cost = run_cost(runs)
+        if args.train_hours is not None:
+            cost["train_s"] = 3600 * args.train_hours
+        lines.append(
+            f"  per run: training {cost['train_s'] / 3600:.2f} h, scoring "
+            + ", ".join(
+                f"{t} {s:.2f} s/item"
+                for t, s in cost["eval_s_per_item"].items()
+                if t in {x.split(":")[0] for x in comp.items}
+            )
+        )
+        for row in design(comp, args.resolve, cost):
+            spent = f", {row['cpu_hours']:.1f} CPU-h" if "cpu_hours" in row else ""
+            lines.append(
+                f"  items ×{row['items_x']}: seeds per group {row['seeds'] or '> 30'} (±{row['half_width']:.2f}){spent}"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Paired comparisons by seed and item (analysis.paired), matched cost through a run's curve (analysis.matched) and
+per-item task values (analysis.items), on hand-built records whose variance components are known."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analysis import items as items_mod
+from analysis.items import ItemsError, item_frame, task_values
+from analysis.matched import at_skip
+from analysis.paired import Run, compare, design, load_run, main
+from hero.results import ITEMS_FILENAME, write_items
+
+DENSE = {"qa": 0.8, "ppl": 0.05}
+
+
+def write_run(root, name, seed, scores, ppl=None, fingerprint="f1", curve=None, threshold_scores=None, skip=0.1):
+    """A record with items: task ``qa`` (mean kind, one score per item) and optionally ``ppl`` (token kind)."""
+    run = root / name
+    run.mkdir(parents=True)
+    rows = [{"task": "qa", "item": i, "doc": f"d{i}", "metrics": {"acc": float(s)}} for i, s in enumerate(scores)]
+    primary = {"qa": "acc"}
+    if ppl is not None:
+        rows += [
+            {"task": "ppl", "item": i, "doc": f"p{i}", "metrics": {"inv_ppl": [ll, n]}} for i, (ll, n) in enumerate(ppl)
+        ]
+        primary["ppl"] = "inv_ppl"
+    for t, sc in (threshold_scores or {}).items():
+        rows += [
+            {"task": "qa", "item": i, "doc": f"d{i}", "metrics": {"acc": float(s)}, "threshold": t}
+            for i, s in enumerate(sc)
+        ]
+    write_items(run / ITEMS_FILENAME, rows)
+    record = {
+        "seed": seed,
+        "method": "hero",
+        "variant": name.rsplit("-", 1)[0],
+        "eval": {"qa": {"acc": float(np.mean(scores))}},
+        "eval_meta": {
+            "primary_metric": primary,
+            "fingerprint": fingerprint,
+            "wall_time_s": 10.0,
+            "tasks": {"qa": {"wall_time_s": 10.0, "n_samples": {"effective": len(scores)}}},
+        },
+        "retain": {"baseline_source": str(root / "dense.json")},
+        "skip": {"param_rate": skip, "net_compute_rate": skip / 2},
+        "wall_time_s": 110.0,
+    }
+    if curve:
+        record["curve"] = curve
+    (run / "results.json").write_text(json.dumps(record))
+    return run / "results.json"
+
+
+def test_items_file_name_matches_the_writer():
+    from hero.results import ITEMS_FILENAME as WRITTEN
+
+    assert items_mod.ITEMS_FILENAME == WRITTEN
+
+
+def test_token_task_value_is_the_token_weighted_inverse_perplexity(tmp_path):
+    """Mutant killed: averaging per-document perplexities instead of summing log-probs and tokens."""
+    path = write_run(tmp_path, "a-42", 42, [1, 0], ppl=[(-10.0, 5), (-30.0, 5)])
+    values = task_values(item_frame(path))
+    assert values["ppl"] == pytest.approx(math.exp(-40.0 / 10))
+    assert values["qa"] == 0.5
+
+
+def test_p_gold_is_the_gold_choice_probability(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    write_items(
+        run / ITEMS_FILENAME,
+        [{"task": "mc", "item": 0, "doc": "x", "ll": [-1.0, -2.0, -3.0], "gold": 1, "metrics": {"acc": 0.0}}],
+    )
+    (run / "results.json").write_text(json.dumps({"eval_meta": {"primary_metric": {"mc": "acc"}}}))
+    frame = item_frame(run / "results.json").filter(pl.col("task") == "mc:p_gold")
+    expected = math.exp(-2) / (math.exp(-1) + math.exp(-2) + math.exp(-3))
+    assert frame["score"].item() == pytest.approx(expected)
+
+
+def _runs(tmp_path, S, n_items, sd_seed, sd_item, sd_inter, rng):
+    """Groups A and B over S seeds and I items with d_si = α_s + β_i + ε_si (continuous scores, mean kind)."""
+    base = rng.uniform(0.2, 0.8, n_items)
+    beta = rng.normal(0, sd_item, n_items)
+    a, b = [], []
+    for s in range(S):
+        alpha = rng.normal(0, sd_seed)
+        eps = rng.normal(0, sd_inter, n_items)
+        a.append(load_run(write_run(tmp_path, f"a-{s}", s, base + alpha + beta + eps)))
+        b.append(load_run(write_run(tmp_path, f"b-{s}", s, base)))
+    return a, b
+
+
+def test_components_recover_the_variances_they_were_drawn_with(tmp_path):
+    """Mutants killed: seeds and items swapped in the mean squares, the interaction not subtracted, ddof 0."""
+    rng = np.random.default_rng(0)
+    a, b = _runs(tmp_path, S=30, n_items=400, sd_seed=0.05, sd_item=0.2, sd_inter=0.1, rng=rng)
+    result = compare(a, b, {"qa": 0.8})
+    comp = result["components"]
+    c = 100.0 / 0.8
+    assert comp.c["qa"] == pytest.approx(c)
+    assert comp.item_var["qa"] == pytest.approx(0.2**2, rel=0.2)
+    assert comp.inter_var["qa"] == pytest.approx(0.1**2, rel=0.1)
+    assert comp.seed_var == pytest.approx(c**2 * 0.05**2, rel=0.6)
+    per_seed_mean = np.mean(result["per_seed"])
+    assert result["difference"] == pytest.approx(per_seed_mean)
+
+
+def test_bootstrap_agrees_with_the_analytic_variance(tmp_path):
+    rng = np.random.default_rng(1)
+    a, b = _runs(tmp_path, S=8, n_items=300, sd_seed=0.02, sd_item=0.15, sd_inter=0.05, rng=rng)
+    result = compare(a, b, {"qa": 0.8})
+    comp = result["components"]
+    analytic = math.sqrt(sum(comp.variance(comp.seeds)))
+    assert result["bootstrap"]["std"] == pytest.approx(analytic, rel=0.3)
+
+
+def test_design_returns_the_fewest_seeds_that_resolve_the_target(tmp_path):
+    rng = np.random.default_rng(2)
+    a, b = _runs(tmp_path, S=4, n_items=200, sd_seed=0.04, sd_item=0.2, sd_inter=0.05, rng=rng)
+    comp = compare(a, b, {"qa": 0.8})["components"]
+    target = comp.half_width(6) * 1.0001
+    rows = design(comp, target, cost={"train_s": 100.0, "eval_s_per_item": {"qa": 1.0}}, scales=(1,))
+    seeds = rows[0]["seeds"]
+    assert comp.half_width(seeds) <= target < comp.half_width(seeds - 1)
+    assert rows[0]["cpu_hours"] == pytest.approx(2 * seeds * (100.0 + 200) / 3600)
+    assert comp.half_width(4, scale=4) < comp.half_width(4, scale=1)
+
+
+def test_groups_without_a_shared_seed_or_suite_are_refused(tmp_path):
+    a = load_run(write_run(tmp_path, "a-1", 1, [1, 0]))
+    b = load_run(write_run(tmp_path, "b-2", 2, [1, 1]))
+    with pytest.raises(ItemsError, match="no shared seed"):
+        compare([a], [b], {"qa": 0.8})
+    c = load_run(write_run(tmp_path, "c-1", 1, [1, 1], fingerprint="other"))
+    with pytest.raises(ItemsError, match="different suites"):
+        compare([a], [c], {"qa": 0.8})
+
+
+def test_only_shared_items_are_paired(tmp_path):
+    """Mutant killed: pairing items by position instead of by id and document."""
+    a = load_run(write_run(tmp_path, "a-1", 1, [1, 0, 1]))
+    b = Run(a.path, a.record, a.items.filter(pl.col("item") != 1), {"qa": 1.0}, 0.1, 0.05)
+    result = compare([a], [b], {"qa": 1.0})
+    assert result["components"].items == {"qa": 2}
+
+
+def test_a_run_is_read_at_exactly_the_target_skip_through_its_curve(tmp_path):
+    """Mutants killed: the weight on the wrong side, the other axis not mixed, extrapolation allowed."""
+    curve = [
+        {"threshold": 0.3, "skip": {"param_rate": 0.05, "net_compute_rate": 0.01}, "eval": {}, "retain": None},
+        {"threshold": 0.7, "skip": {"param_rate": 0.25, "net_compute_rate": 0.2}, "eval": {}, "retain": None},
+    ]
+    path = write_run(
+        tmp_path,
+        "a-1",
+        1,
+        [1, 1, 1, 1],
+        curve=curve,
+        skip=0.15,
+        threshold_scores={0.3: [1, 1, 1, 1], 0.7: [0, 0, 1, 0]},
+    )
+    record = json.loads(path.read_text())
+    items, values, param, compute = at_skip(record, item_frame(path), 0.2, "param")
+    assert param == 0.2
+    assert compute == pytest.approx(0.5 * 0.075 + 0.5 * 0.2)  # trained point's net compute: 0.15 / 2
+    assert values["qa"] == pytest.approx(0.5 * 1.0 + 0.5 * 0.25)
+    assert items["score"].mean() == pytest.approx(values["qa"])
+    _, _, param, compute = at_skip(record, item_frame(path), 0.1, "compute")
+    assert compute == 0.1
+    with pytest.raises(ItemsError, match="outside the run's curve"):
+        at_skip(record, item_frame(path), 0.3, "param")
+
+
+def test_cli_refuses_a_group_without_runs_in_one_line(tmp_path, capsys):
+    write_run(tmp_path, "a-1", 1, [1, 0])
+    assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=nothing"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "variant=nothing" in err[0]
+
+
+def test_across_runs_reads_b_between_its_runs_of_the_same_seed_on_the_chosen_axis():
+    """Mutants killed: B's runs of another seed used; the parameter axis read when net compute was asked;
+    extrapolation past B's runs."""
+    from analysis.matched import across_runs
+
+    def rec(variant, seed, param, compute, retain):
+        return {
+            "variant": variant,
+            "seed": seed,
+            "skip": {"param_rate": param, "net_compute_rate": compute},
+            "retain": {"value": retain},
+            "eval_meta": {"fingerprint": "f"},
+        }
+
+    records = [
+        rec("a", 1, 0.12, 0.07, 60.0),
+        rec("b", 1, 0.06, 0.058, 90.0),
+        rec("b", 1, 0.12, 0.118, 50.0),
+        rec("b", 2, 0.06, 0.058, 10.0),
+        rec("b", 2, 0.12, 0.118, 10.0),
+    ]
+    (param,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
+    assert param["retain_b"] == pytest.approx(50.0) and param["difference"] == pytest.approx(10.0)
+    (compute,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "compute")
+    assert compute["retain_b"] == pytest.approx(90.0 - (0.07 - 0.058) / 0.06 * 40.0)
+    records[0]["skip"]["param_rate"] = 0.2
+    (outside,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
+    assert outside["retain_b"] is None and "outside" in outside["error"]
+
+
+def test_across_runs_prefers_the_curve_of_one_trained_router():
+    """Mutant killed: the curve ignored (B read between separately trained runs although one router covers it)."""
+    from analysis.matched import across_runs
+
+    def rec(variant, param, retain, curve=None):
+        out = {
+            "variant": variant,
+            "seed": 1,
+            "skip": {"param_rate": param, "net_compute_rate": param},
+            "retain": {"value": retain},
+            "eval_meta": {"fingerprint": "f"},
+        }
+        return out | ({"curve": curve} if curve else {})
+
+    curve = [{"threshold": 0.8, "skip": {"param_rate": 0.2, "net_compute_rate": 0.2}, "retain": {"value": 70.0}}]
+    records = [rec("a", 0.15, 80.0), rec("b", 0.1, 90.0, curve), rec("b", 0.3, 0.0)]
+    (row,) = across_runs(records, {"variant": "a"}, {"variant": "b"}, "param")
+    assert row["via"] == "curve" and row["retain_b"] == pytest.approx(80.0)
