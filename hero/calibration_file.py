@@ -39,7 +39,8 @@ from hero.knobs import ALPHA, KnobSetting, knob_of
 from hero.results import drop_defaults, now_iso, read_record, write_atomic
 
 SCHEMA_VERSION = 1
-# Trainer keys that do not change what an α does (length is calibrated separately via trial_fraction).
+# Trainer keys that do not change what an α does (length is calibrated separately via trial_fraction), and the
+# exact speed options (same loss and routing up to float order, docs/speed/training.md) with their cache's place.
 TRAINER_RUN_KEYS = (
     "max_steps",
     "epochs",
@@ -48,6 +49,9 @@ TRAINER_RUN_KEYS = (
     "keep_checkpoints",
     "log_every",
     "num_threads",
+    "labelled_logits",
+    "pad_waste",
+    "prefix_cache",
     "prefix_cache_dir",  # where the machine keeps the frozen prefix (a path under paths.cache), not how it trains
 )
 
@@ -105,6 +109,20 @@ def setup_hash(setup: dict) -> str:
     return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def entry_setup_hash(entry: dict) -> str:
+    """The setup hash of a file's entry as ``setup_of`` computes it today: an entry written while a key of
+    ``TRAINER_RUN_KEYS`` was still part of the setup (e.g. ``trainer.prefix_cache_dir``, a machine's path, or
+    the speed options) matches the runs it was calibrated for. Entries without a stored setup keep their hash."""
+    setup = entry.get("setup")
+    if not isinstance(setup, dict):
+        return entry["setup_hash"]
+    setup = json.loads(json.dumps(setup))
+    trainer = setup.get("trainer")
+    if isinstance(trainer, dict):
+        setup["trainer"] = {k: v for k, v in trainer.items() if k not in TRAINER_RUN_KEYS}
+    return setup_hash(drop_defaults(setup))
+
+
 @contextmanager
 def _locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +161,9 @@ def write_entry(path: str | Path, entry: dict) -> Path:
     path = Path(path)
     entry = {**entry, "created": now_iso()}
     with _locked(path):
-        kept = [e for e in read_entries(path) if not (_same_key(e, entry) and e["setup_hash"] == entry["setup_hash"])]
+        kept = [
+            e for e in read_entries(path) if not (_same_key(e, entry) and entry_setup_hash(e) == entry["setup_hash"])
+        ]
         return write_atomic(path, {"schema_version": SCHEMA_VERSION, "entries": [*kept, entry]})
 
 
@@ -159,7 +179,7 @@ def finished_entry(
     for entry in reversed(read_entries(path)):
         if (
             _same_key(entry, key)
-            and entry["setup_hash"] == setup_hash_
+            and entry_setup_hash(entry) == setup_hash_
             and entry["seed"] == seed
             and entry["trial_steps"] == trial_steps
             and entry["abs_error"] <= tolerance
@@ -205,7 +225,7 @@ def lookup(cfg: DictConfig, knob_key: str | None = "alpha") -> dict:
         )
     setup = setup_of(cfg, knob_key)
     for entry in matches:
-        if setup_hash(_without_run_keys(entry["setup"])) == setup_hash(setup):
+        if entry_setup_hash(entry) == setup_hash(setup):
             return entry
     diff = _differences(setup, _without_run_keys(matches[-1]["setup"]))
     value = "α" if knob_key == "alpha" else "value"

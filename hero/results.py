@@ -42,6 +42,9 @@ RUN_LOCAL_KEYS = (
     "trainer.progress",
     "trainer.prefix_cache_dir",
     "reuse_trained",
+    # evaluation's reuse of the frozen prefix's states: the same batches through the same layers (exact)
+    "eval.prefix_cache",
+    "eval.prefix_cache_dir",
 )
 
 # Keys that decide how a run is scored and reported, not what it trains: two configs equal but for these train
@@ -70,6 +73,8 @@ DEFAULTED_KEYS: dict[str, object] = {
     "trainer.labelled_logits": False,
     "trainer.pad_waste": 1.0,
     "trainer.prefix_cache": False,
+    # every task of the suite scored, diagnostics included (false: Retain's tasks only; issue 59)
+    "eval.diagnostics": True,
     # scoring at several evaluation thresholds beside the trained one (hero.scoring.score_curve)
     "eval.thresholds": None,
 }

@@ -25,9 +25,10 @@ from hero.checkpoints import load_latest, rng_state, save_checkpoint
 from hero.data import SFTDataset
 from hero.distributed import all_mean, allreduce_gradients, world
 from hero.errors import ConfigError
+from hero.model.prefix import frozen_prefix_end
 from hero.objectives import SkipMeter
 from hero.preemption import preemption_deferred, register_checkpoint_fn
-from hero.update import cached_prefix_states, frozen_prefix_end, micro_batch_loss
+from hero.update import cached_prefix_states, micro_batch_loss
 
 PRECISIONS = ("fp32", "bf16")
 # fp16 is refused: the loop has no loss scaling (torch.amp.GradScaler, and its state in the checkpoints), without

@@ -31,8 +31,7 @@ their draws differ (same distribution); HeRo's routing is deterministic and unaf
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -42,6 +41,7 @@ from torch import nn
 from hero.data import collate
 from hero.model import last_records
 from hero.model.block import BlockRecord
+from hero.model.prefix import causal_lm_parts, layers_from, prefix_weights_digest
 from hero.objectives import prediction_positions, skip_loss
 from hero.once import built_once
 
@@ -71,13 +71,6 @@ def length_groups(lengths: Sequence[int], pad_waste: float) -> list[list[int]]:
     return groups
 
 
-def causal_lm_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
-    """(decoder, LM head) of a HF causal LM, through a peft wrapper if there is one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder = base.get_decoder() if hasattr(base, "get_decoder") else base.model
-    return decoder, base.get_output_embeddings()
-
-
 class _Stop(Exception):
     pass
 
@@ -104,18 +97,6 @@ def prefix_states(model: nn.Module, items: Sequence[dict], first: int) -> list[t
     finally:
         handle.remove()
     return captured
-
-
-@contextmanager
-def layers_from(model: nn.Module, first: int) -> Iterator[None]:
-    """Inside the block the decoder holds only layers ``first``… (fed with ``inputs_embeds``)."""
-    decoder, _ = causal_lm_parts(model)
-    layers = decoder.layers
-    decoder.layers = nn.ModuleList(list(layers)[first:])
-    try:
-        yield
-    finally:
-        decoder.layers = layers
 
 
 def _inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -229,32 +210,9 @@ def micro_batch_loss(
     return lm_loss + alpha * l_skip, lm_loss, l_skip, records, full["attention_mask"]
 
 
-def frozen_prefix_end(model: nn.Module) -> int:
-    """Index of the first routable decoder layer, when nothing below it trains; a ``ValueError`` otherwise."""
-    from hero.model.block import RoutedDecoderLayer
-
-    decoder, _ = causal_lm_parts(model)
-    layers = list(decoder.layers)
-    first = next((i for i, layer in enumerate(layers) if isinstance(layer, RoutedDecoderLayer)), None)
-    if first is None:
-        raise ValueError("the model has no routable layer, so there is no frozen prefix to cache")
-    below = [decoder.embed_tokens, *layers[:first]]
-    trained = [n for module in below for n, p in module.named_parameters() if p.requires_grad]
-    if trained:
-        raise ValueError(f"parameters below the first routable layer {first} train ({trained[0]}, ...)")
-    return first
-
-
 def prefix_key(model: nn.Module, items: Sequence[dict], first: int, precision: str) -> str:
     """Hash of what the cached states depend on: the prefix's weights, every sample's tokens, k, the precision."""
-    import hashlib
-
-    decoder, _ = causal_lm_parts(model)
-    digest = hashlib.sha256(f"{first}:{precision}:{torch.__version__}".encode())
-    for module in (decoder.embed_tokens, *list(decoder.layers)[:first]):
-        for name, tensor in sorted(module.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    digest = prefix_weights_digest(model, first, f"{first}:{precision}:{torch.__version__}")
     for item in items:
         digest.update(torch.tensor(item["input_ids"], dtype=torch.int64).numpy().tobytes())
     return digest.hexdigest()[:16]

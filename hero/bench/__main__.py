@@ -5,6 +5,7 @@
     python -m hero.bench device=cuda shape=llama3_1_8b prefill.max_tokens=0
     python -m hero.bench shape=smollm2_135m                # the SmolLM2-135M shape, second half routable
     python -m hero.bench train                             # one SmolLM2 training update by phase (hero.bench.train)
+    python -m hero.bench eval                              # one router scored by the old and the fast path (hero.bench.evaluation)
 
 Prints one line per shape and writes two run records (``dense`` and ``hero``, schema
 of ``hero/results.py``, figures under ``bench``) plus ``bench.json`` into ``out_dir``.
@@ -107,9 +108,26 @@ def train_main(cfg: DictConfig) -> None:
     print(f"  wrote {path}")
 
 
+@hydra.main(version_base=None, config_path=CONF_DIR, config_name="bench_eval")
+def eval_main(cfg: DictConfig) -> None:
+    """``python -m hero.bench eval ...``: evaluation, old path against the fast one, config ``conf/bench_eval.yaml``."""
+    from hero.bench.evaluation import run as run_eval
+
+    out = run_eval(cfg)
+    path = Path(cfg.out_dir) / "bench_eval.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(f"  wrote {path}")
+    if out["failed"]:
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "train":
         sys.argv.pop(1)
         train_main()
+    elif len(sys.argv) > 1 and sys.argv[1] == "eval":
+        sys.argv.pop(1)
+        eval_main()
     else:
         main()

@@ -84,7 +84,7 @@ class PhaseClock:
 
 def install_hooks(model, clock: PhaseClock, first: int) -> list:
     """Forward and backward hooks that mark the phase boundaries of ``PHASES``."""
-    from hero.update import causal_lm_parts
+    from hero.model.prefix import causal_lm_parts
 
     decoder, head = causal_lm_parts(model)
     layers = list(decoder.layers)

@@ -40,6 +40,7 @@ import hashlib
 import json
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from torch import nn
 
 from hero.evaluation import paper, public
 from hero.evaluation.harness import LM_EVAL_VERSION, EvaluationError, evaluate_task, harness_model, lm_eval_version
+from hero.evaluation.prefix import reuse_prefix
 
 SUITES = ("tiny", "smollm2", "paper7", "paper7_cpu", "extended9", "public", "none")
 PAPER_SUITES = ("paper7", "paper7_cpu", "extended9")
@@ -133,8 +135,26 @@ def check_config(eval_cfg) -> None:
         public.check_specs(specs)
 
 
+def scored_specs(eval_cfg) -> list[TaskSpec]:
+    """The tasks a run scores: all of the suite's, or only its Retain tasks with ``eval.diagnostics=false``."""
+    return [s for s in task_specs(eval_cfg) if s.retain or eval_cfg.get("diagnostics", True)]
+
+
+def reuse_prefix_if(model: nn.Module, eval_cfg):
+    """``hero.evaluation.prefix.reuse_prefix`` into ``eval.prefix_cache_dir`` with ``eval.prefix_cache`` on, else
+    nothing (a config without the keys: off)."""
+    if not eval_cfg.get("prefix_cache", False):
+        return nullcontext()
+    return reuse_prefix(model, eval_cfg.get("prefix_cache_dir"))
+
+
 def suite_fingerprint(eval_cfg) -> str:
-    """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match."""
+    """Short hash of the resolved task settings and the lm-eval version: what a cached baseline must match.
+
+    Over every task the suite lists, whether or not ``eval.diagnostics`` scores its ``retain: false`` ones: Retain
+    is computed on the Retain tasks alone, so a run without the diagnostics pairs with the same dense baseline and
+    the same records as one with them (a baseline cached without them serves a run that scores them: Retain needs
+    none of the baseline's diagnostic scores)."""
     content = {"lm_eval": LM_EVAL_VERSION, "tasks": [spec_dict(s) for s in task_specs(eval_cfg)]}
     if (identity := _data_identity(eval_cfg.suite)) is not None:
         content["data"] = identity  # hub rows (no wheel) keep the fingerprint they always had
@@ -163,7 +183,7 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None, items: list 
     if eval_cfg.suite == "none":
         return {}, {"suite": "none", "primary_metric": {}}
     start = time.time()
-    specs = task_specs(eval_cfg)
+    specs = scored_specs(eval_cfg)
     meta = {
         "suite": eval_cfg.suite,
         "primary_metric": {s.name: s.metric for s in specs if s.retain},
@@ -177,9 +197,11 @@ def evaluate_suite(model: nn.Module, tokenizer, eval_cfg, bed=None, items: list 
         meta["data"] = paper.data_source() or {"hub": True}
     elif eval_cfg.suite == "public":
         meta["data"] = public.data_source()
+    if not eval_cfg.get("diagnostics", True):
+        meta["diagnostics"] = False  # the suite's `retain: false` tasks were not scored (same fingerprint)
     was_training = model.training
     try:
-        with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir:
+        with tempfile.TemporaryDirectory(prefix="hero-eval-") as workdir, reuse_prefix_if(model, eval_cfg):
             scores, counts, seconds = _evaluate(
                 model, tokenizer, eval_cfg, _task_manager(eval_cfg, specs, bed, tokenizer, Path(workdir)), specs, items
             )
