@@ -184,3 +184,15 @@ def test_calibrated_knobs_without_an_entry_count_one_calibration_per_variant(tmp
     assert rc == 0
     assert "study: 6 job(s)" in out
     assert f"2 calibration stud(ies) to run, ~{2 * mean:.0f} trials" in out
+
+
+def test_options_the_model_does_not_cover_are_named():
+    """Mutant killed: the labelled-logits / pad-waste note dropped (the figures would pass for exact on a run whose
+    LM head runs at labelled positions only)."""
+    on = cost.job_cost(
+        cost.compose_job(["model=tiny", "trainer.labelled_logits=true", "trainer.pad_waste=0.1"]), world=1
+    )
+    off = cost.job_cost(
+        cost.compose_job(["model=tiny", "trainer.labelled_logits=false", "trainer.pad_waste=1.0"]), world=1
+    )
+    assert on.unmodelled == ("trainer.labelled_logits=true", "trainer.pad_waste=0.1") and off.unmodelled == ()

@@ -246,6 +246,10 @@ def print_plan(plan: dict, launcher: dict, refuse: callable = None) -> list[str]
             f"{c.mean_length:.0f} from {c.length_from}), {c.updates:,} updates"
             + (f"; per evaluation {c.flops_eval:.3g}" if c.flops_eval else "; evaluation not modelled")
         )
+        if c.unmodelled:
+            print(
+                f"  not modelled: {', '.join(c.unmodelled)}: memory and FLOPs above are the full padded batch's (upper bounds)"
+            )
         print(
             f"  wall time per job {hours(e['seconds'])} on {c.world} × {dev.name}"
             f" = {e['seconds'] * c.world / 3600:.2f} device-hours"

@@ -255,6 +255,9 @@ class JobCost:
     flops_eval: float | None = None
     eval_memory: float | None = None
     eval_batch: int = 1  # eval.batch_size, what the evaluation's memory figure assumes
+    # exact training options the figures do not model (hero.update): the LM head at labelled positions only, sub-batches
+    # by length; the activations, LM head and FLOPs above are then those of the full padded micro-batch, an upper bound
+    unmodelled: tuple[str, ...] = ()
 
     @property
     def peak_bytes(self) -> float:
@@ -530,6 +533,14 @@ def job_cost(
         flops_eval=eval_flops,
         eval_memory=eval_mem,
         eval_batch=int(spec.eval.get("batch_size") or 1) if spec.evaluates else 1,
+        unmodelled=tuple(
+            option
+            for option, on in (
+                ("trainer.labelled_logits=true", bool(tcfg.get("labelled_logits", False))),
+                (f"trainer.pad_waste={tcfg.get('pad_waste', 1.0)}", float(tcfg.get("pad_waste", 1.0)) < 1.0),
+            )
+            if on
+        ),
     )
 
 
