@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import tempfile
 import time
@@ -35,42 +34,30 @@ B = 2000  # bootstrap resamples
 
 
 def task_items(lm, manager, spec) -> tuple[float, list[dict], float, float]:
-    """(aggregate primary metric, per-item outputs, wall seconds, process CPU seconds) of one task spec, seeded
-    as ``evaluate_task`` seeds."""
-    from lm_eval.defaults import DEFAULT_OTHER_SEED, DEFAULT_RANDOM_SEED
-    from lm_eval.evaluator import evaluate
-
-    from hero.evaluation.harness import metric_values, quiet_request_building, sample_indices
+    """(aggregate primary metric, per-item outputs, wall seconds, process CPU seconds) of one task spec, scored by
+    ``hero.evaluation.harness.evaluate_task`` with its per-item rows (``item_rows``) in this script's format."""
+    from hero.evaluation.harness import evaluate_task
 
     start, cpu = time.time(), time.process_time()
-    random.seed(DEFAULT_RANDOM_SEED)
-    np.random.seed(DEFAULT_OTHER_SEED)
-    torch.manual_seed(DEFAULT_OTHER_SEED)
-    loaded = manager.load([spec.lm_eval_task])
-    task = loaded["tasks"][spec.lm_eval_task]
-    task.set_config(key="num_fewshot", value=spec.num_fewshot)
-    task.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
-    samples = {spec.lm_eval_task: sample_indices(len(task.eval_docs), spec.sample)}
-    with quiet_request_building():
-        out = evaluate(lm=lm, task_dict=loaded, samples=samples, log_samples=True)
+    rows: list[dict] = []
+    metrics, _ = evaluate_task(lm, manager, spec, rows)
     items = []
-    for s in out["samples"][spec.lm_eval_task]:
-        item = {"doc_id": s["doc_id"]}
-        value = s[spec.metric]
-        if isinstance(value, (list, tuple)):  # (summed log-likelihood, tokens) of a ppl task
+    for row in rows:
+        item = {"doc_id": row["item"]}
+        value = row["metrics"][spec.metric]
+        if isinstance(value, list):  # (summed log-likelihood, tokens) of a ppl task
             item["ll"], item["n"] = float(value[0]), int(value[1])
         else:
             item["value"] = float(value)
-            resps = s["filtered_resps"]
-            item["lls"] = [float(r[0]) for r in resps]
-            if isinstance(s.get("target"), int):
-                item["gold"] = s["target"]
-            elif "answer" in s["doc"]:  # WinoGrande: the target is the shared continuation, the gold is option 1 or 2
-                item["gold"] = int(s["doc"]["answer"]) - 1
+            item["lls"] = row["ll"]
+            if isinstance(row.get("gold"), int):
+                item["gold"] = row["gold"]
+            elif "acc" in row["metrics"] and len(row["ll"]) == 2:
+                # WinoGrande: lm-eval's target is the shared continuation, not an index; with two options the gold
+                # one is the prediction when it scored, the other one when it did not
+                item["gold"] = row["pred"] if row["metrics"]["acc"] == 1.0 else 1 - row["pred"]
         items.append(item)
-    items.sort(key=lambda x: x["doc_id"])
-    value = metric_values(out["results"][spec.lm_eval_task])[spec.metric]
-    return value, items, time.time() - start, time.process_time() - cpu
+    return metrics[spec.metric], items, time.time() - start, time.process_time() - cpu
 
 
 def specs(public_sample: int):
