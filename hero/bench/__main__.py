@@ -96,16 +96,19 @@ def main(cfg: DictConfig) -> None:
     run(cfg)
 
 
+def _write(out: dict, path: Path) -> None:
+    """A benchmark's JSON output at ``path`` (its directory made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+    print(f"  wrote {path}")
+
+
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="bench_train")
 def train_main(cfg: DictConfig) -> None:
     """``python -m hero.bench train ...``: the training benchmark, config ``conf/bench_train.yaml``."""
     from hero.bench.train import run as run_train
 
-    out = run_train(cfg)
-    path = Path(cfg.out_dir) / "bench_train.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    print(f"  wrote {path}")
+    _write(run_train(cfg), Path(cfg.out_dir) / "bench_train.json")
 
 
 @hydra.main(version_base=None, config_path=CONF_DIR, config_name="bench_eval")
@@ -114,10 +117,7 @@ def eval_main(cfg: DictConfig) -> None:
     from hero.bench.evaluation import run as run_eval
 
     out = run_eval(cfg)
-    path = Path(cfg.out_dir) / "bench_eval.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    print(f"  wrote {path}")
+    _write(out, Path(cfg.out_dir) / "bench_eval.json")
     if out["failed"]:
         sys.exit(1)
 
