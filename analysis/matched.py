@@ -12,6 +12,7 @@ range the run reaches: no extrapolation.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
@@ -71,6 +72,12 @@ def retain_at(points: list[tuple[float, float]], target: float) -> tuple[float, 
             return (y0 if x1 == x0 else y0 + (target - x0) / (x1 - x0) * (y1 - y0)), (x0, x1)
     span = f"[{pts[0][0]:.4f}, {pts[-1][0]:.4f}]" if pts else "no points"
     raise ItemsError(f"skip {target:.4f} is outside the reference runs' range {span}")
+
+
+def read_records(roots: list[str]) -> list[tuple[Path, dict]]:
+    """(path, record) of every ``results.json`` given, or found under the given directories, read once."""
+    paths = [p for r in roots for p in ([Path(r)] if Path(r).is_file() else sorted(Path(r).rglob("results.json")))]
+    return [(p, json.loads(p.read_text())) for p in paths]
 
 
 def field(record: dict, dotted: str):
@@ -137,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m analysis.matched RECORDS... --a variant=X --b variant=Y --axis compute``: A against B at A's own
     skip on the axis, paired by seed, B read between its runs of that seed."""
     import argparse
-    import json
     import sys
 
+    from analysis.reference import BaselineError, parse_selector
     from analysis.stats import t_quantile
 
     parser = argparse.ArgumentParser(prog="python -m analysis.matched", description=main.__doc__)
@@ -148,17 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b", required=True)
     parser.add_argument("--axis", choices=tuple(AXES), default="param")
     args = parser.parse_args(argv)
-    paths = [
-        p for r in args.records for p in ([Path(r)] if Path(r).is_file() else sorted(Path(r).rglob("results.json")))
-    ]
     records, seen = [], set()
-    for p in paths:
-        rec = json.loads(p.read_text())
+    for _, rec in read_records(args.records):
         if rec.get("status") == "completed" and rec["config_hash"] not in seen:  # a run collected into two studies
             seen.add(rec["config_hash"])
             records.append(rec)
-    parse = lambda s: dict(x.split("=", 1) for x in s.split(",") if x)  # noqa: E731
-    rows = across_runs(records, parse(args.a), parse(args.b), args.axis)
+    try:
+        rows = across_runs(records, parse_selector(args.a), parse_selector(args.b), args.axis)
+    except BaselineError as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return 2
     if not rows:
         print(f"ERROR: --a {args.a}: no completed record with Retain", file=sys.stderr)
         return 2

@@ -41,6 +41,8 @@ import numpy as np
 import polars as pl
 
 from analysis.items import ItemsError, item_frame, slope, task_values
+from analysis.matched import at_skip, matches, read_records
+from analysis.reference import BaselineError, parse_selector
 from analysis.stats import t_quantile
 
 LEVEL = 0.95
@@ -95,12 +97,11 @@ class Components:
         return t_quantile(LEVEL, min(df, 10**6)) * math.sqrt(total)
 
 
-def load_run(path: str | Path, at: float | None = None, axis: str = "param") -> Run:
-    """A run at its trained threshold, or at exactly skip ``at`` on ``axis`` through its curve (``analysis.matched``)."""
-    from analysis.matched import at_skip
-
+def load_run(path: str | Path, at: float | None = None, axis: str = "param", record: dict | None = None) -> Run:
+    """A run at its trained threshold, or at exactly skip ``at`` on ``axis`` through its curve (``analysis.matched``);
+    ``record``: the record at ``path`` when the caller has read it already."""
     path = Path(path)
-    record = json.loads(path.read_text())
+    record = record if record is not None else json.loads(path.read_text())
     items = item_frame(path)
     if at is not None:
         items, values, param, compute = at_skip(record, items, at, axis, path)
@@ -283,24 +284,6 @@ def run_cost(runs: list[Run]) -> dict:
     return {"train_s": float(np.mean(train)), "eval_s_per_item": {t: float(np.mean(v)) for t, v in per_item.items()}}
 
 
-def _select(paths: list[Path], selector: str) -> list[Path]:
-    want = dict(part.split("=", 1) for part in selector.split(",") if part)
-    out = []
-    for p in paths:
-        rec = json.loads(p.read_text())
-        if all(str(rec.get(k)) == v for k, v in want.items()):
-            out.append(p)
-    return out
-
-
-def _records(roots: list[str]) -> list[Path]:
-    out = []
-    for root in roots:
-        root = Path(root)
-        out += [root] if root.is_file() else sorted(root.rglob("results.json"))
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.paired", description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="+", help="record files or directories holding them")
@@ -327,28 +310,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        paths = [p for p in _records(args.records) if (p.parent / "items.jsonl.gz").is_file()]
-        a = [load_run(p, args.at, args.axis) for p in _select(paths, args.a)]
-        b = [load_run(p, args.at, args.axis) for p in _select(paths, args.b)]
+        with_items = [(p, r) for p, r in read_records(args.records) if (p.parent / "items.jsonl.gz").is_file()]
+        want_a, want_b = parse_selector(args.a), parse_selector(args.b)
+        a = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_a)]
+        b = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_b)]
         if not a or not b:
             raise ItemsError(f"--a {args.a}: {len(a)} runs with items, --b {args.b}: {len(b)}; each needs ≥ 1")
         dense = dense_values(a[0], args.records)
         result = compare(a, b, dense, args.tasks.split(",") if args.tasks else None)
         comp = result["components"]
         if args.seed_records:
-            seed_paths = _records(args.seed_records)
-            retain = {
-                sel: {
-                    json.loads(p.read_text())["seed"]: json.loads(p.read_text())["retain"]["value"]
-                    for p in _select(seed_paths, sel)
-                }
-                for sel in (args.a, args.b)
-            }
-            with_record_seeds(comp, retain[args.a], retain[args.b])
+            seed_records = read_records(args.seed_records)
+            a_retain, b_retain = (
+                {r["seed"]: r["retain"]["value"] for _, r in seed_records if matches(r, want)}
+                for want in (want_a, want_b)
+            )
+            with_record_seeds(comp, a_retain, b_retain)
         if args.seed_std is not None:
             comp.seed_var, comp.seed_source = 2 * args.seed_std**2, f"--seed-std {args.seed_std:g} (2·std²)"
             comp.seed_df = args.seed_std_seeds - 1
-    except (ItemsError, OSError, KeyError) as err:
+    except (ItemsError, BaselineError, OSError, KeyError) as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
     print(report(result, args, a + b))
