@@ -14,6 +14,7 @@ The dense baseline every evaluated run uses for Retain is computed once per back
 from __future__ import annotations
 
 import hashlib
+import shutil
 from pathlib import Path
 
 from hero.data import collate, load_conversations, tokenize_conversation
@@ -23,7 +24,7 @@ from hero.model.flops import Shape, net_compute
 from hero.model.intervention import apply_intervention
 from hero.model.io import backbone_fingerprint
 from hero.records import RunRecord
-from hero.results import ITEMS_FILENAME, RESULTS_FILENAME, read_items, read_record, write_atomic, write_items
+from hero.results import ITEMS_FILENAME, RESULTS_FILENAME, read_record, write_atomic, write_items
 from hero.spec import Loaded, RunSpec, SpecError
 from hero.statistics import RetainError, chance_normalised, retain
 
@@ -214,7 +215,9 @@ def write_baseline_record(spec: RunSpec, loaded: Loaded, baseline: dict, meta: d
         baseline_source=baseline["source"],
     )
     items = _items_path(Path(baseline["source"]))
-    record.items = read_items(items) if items.is_file() else None
+    if items.is_file():  # the cache's items as they are, before the record (a record never names items it lacks)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(items, path.parent / ITEMS_FILENAME)
     return record.write(path)
 
 
