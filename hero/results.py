@@ -45,6 +45,8 @@ RUN_LOCAL_KEYS = (
     # evaluation's reuse of the frozen prefix's states: the same batches through the same layers (exact)
     "eval.prefix_cache",
     "eval.prefix_cache_dir",
+    # the LM head only where lm-eval reads it (hero.evaluation.harness): the same values
+    "eval.labelled_logits",
 )
 
 # Keys that decide how a run is scored and reported, not what it trains: two configs equal but for these train

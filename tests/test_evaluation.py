@@ -25,7 +25,13 @@ from hero.evaluation import (
     suite_fingerprint,
     task_specs,
 )
-from hero.evaluation.harness import harness_model, lm_eval_version, metric_values
+from hero.evaluation.harness import (
+    continuation_lengths,
+    harness_model,
+    lm_eval_version,
+    logits_to_keep,
+    metric_values,
+)
 from hero.model import attach, last_records
 from hero.testbed import TINY_RECIPE, ensure_testbed
 
@@ -98,6 +104,58 @@ def test_routed_model_through_harness_matches_own_forward(micro):
     executed = torch.cat(executed)
     assert 0 < int(executed.sum()) < executed.numel(), "both branches must run for the check to mean anything"
     assert max(abs(a - b) for a, b in zip(harness, own)) < 1e-4
+
+
+def test_logits_to_keep_is_the_batchs_smallest_continuation_start():
+    """Kills: the last continuation kept for a row that carries two (not the longest), a row ending in the padding
+    id 0 not found, a cut where lm-eval reads every position (rolling: a continuation from position 0) or where a
+    row is not one of the requests."""
+    requests = [
+        ((None, None), [1, 2], [3, 4, 5, 6]),
+        ((None, None), [1, 2, 3, 4], [5, 6]),
+        ((None, None), [7, 8, 9], [0, 3]),
+        ((None, None), [9], [4, 4]),
+    ]
+    lengths, zero_tail = continuation_lengths(requests, max_length=64)
+    assert lengths[(1, 2, 3, 4, 5)] == 4 and zero_tail == 1
+    batch = torch.tensor([[1, 2, 3, 4, 5, 0], [7, 8, 9, 0, 0, 0]])
+    assert logits_to_keep(batch, lengths, zero_tail) == 5  # positions 1…5: row 1's four continuation tokens
+    assert logits_to_keep(batch[1:], lengths, zero_tail) == 4  # row 2 alone: positions 2…5
+    assert logits_to_keep(torch.tensor([[9, 4, 0]]), lengths, zero_tail) is None
+    assert logits_to_keep(torch.tensor([[1, 2, 3, 0, 0, 0]]), lengths, zero_tail) is None
+
+
+def test_harness_computes_the_head_only_where_lm_eval_reads_it_with_the_full_outputs_values(micro):
+    """Kills: the head cut at a row's own start instead of the batch's smallest (a longer continuation sliced
+    short), a row's shorter continuation kept when one input row carries two (``min`` for ``max``), a row ending
+    in token 0 (the padding id) not found, the cut never made."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    bed, _, tokenizer = micro
+    model = _routed(bed.load_backbone(), seed=2)
+    pad = tokenizer.convert_ids_to_tokens(0)
+    rng = random.Random(1)
+    words = ["Zaigra", " resides", " in", " the", " king", " of", " Scotland", "23+45=", "68", " lord"]
+    pairs = [
+        ("".join(rng.choices(words, k=rng.randint(3, 9))), "".join(rng.choices(words, k=rng.randint(1, 4))))
+        for _ in range(20)
+    ]
+    pairs += [("Zaigra resides", " in the king of"), ("Zaigra resides in the", " king of")]  # one row, two lengths
+    pairs += [("The king of", f" Scotland{pad} the"), ("The king", f" of Scotland{pad} the")]  # rows ending in 0
+    assert continuation_lengths([(None, [5], tokenizer(f"{pad} the", add_special_tokens=False)["input_ids"])], 99)[1]
+    requests = [Instance(request_type="loglikelihood", doc={}, arguments=pair, idx=i) for i, pair in enumerate(pairs)]
+    positions = []
+    handle = model.lm_head.register_forward_pre_hook(lambda module, args: positions.append(args[0].shape[1]))
+    try:
+        cut = harness_model(model, tokenizer, batch_size=8).loglikelihood(requests)
+        widths, positions[:] = list(positions), []
+        full = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8).loglikelihood(requests, disable_tqdm=True)
+    finally:
+        handle.remove()
+    assert sum(widths) < sum(positions), (widths, positions)  # the head ran at fewer positions
+    assert [g for _, g in cut] == [g for _, g in full]
+    assert cut == full  # bitwise: the head on fewer rows, each row the same dot products
 
 
 def test_routed_generation_through_harness_uses_kv_cache_and_matches_uncached_greedy(micro):

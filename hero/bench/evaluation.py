@@ -6,7 +6,8 @@ scored on each suite three times in one process, at the configured thread count,
 and per task (lm-eval's own split, ``eval_meta``), after an untimed pass over two items of every task (tasks
 loaded, kernels warm: the first variant pays nothing the others do not):
 
-    old    eval.diagnostics=true, eval.prefix_cache=false: every task, the full forward (the path before issue 59)
+    old    eval.diagnostics=true, eval.prefix_cache=false, eval.labelled_logits=false: every task, the full forward
+           and the head at every position (the path before issue 59)
     cold   eval.diagnostics=false, the prefix's states computed and written to a fresh directory (first router)
     warm   the same, the process's memory emptied, the states read back from that directory (every later router,
            threshold and seed on the backbone)
@@ -99,6 +100,7 @@ def _variant_eval(eval_cfg, variant: str, directory: Path):
     eval_cfg = OmegaConf.create(OmegaConf.to_container(eval_cfg, resolve=True))
     eval_cfg.diagnostics = variant == "old"
     eval_cfg.prefix_cache = variant != "old"
+    eval_cfg.labelled_logits = variant != "old"
     eval_cfg.prefix_cache_dir = str(directory)
     return eval_cfg
 

@@ -66,12 +66,63 @@ def local_task_rows(task: str, data_dir: str | None, lm_eval_task: str, data_key
     return DatasetDict({"test": Dataset.from_list(read_jsonl(Path(data_dir) / f"{task}.jsonl"))})
 
 
-def harness_model(model, tokenizer, batch_size: int):
+def continuation_lengths(requests, max_length: int) -> tuple[dict[tuple[int, ...], int], int]:
+    """({model input row: the longest continuation scored on it}, the most trailing 0 tokens of any row) for
+    lm-eval's loglikelihood ``requests`` ((strings), context ids, continuation ids): the row is what HFLM feeds
+    the model, ``(context + continuation)[-(max_length + 1):][:-1]``, before it right-pads the batch with 0."""
+    lengths: dict[tuple[int, ...], int] = {}
+    zero_tail = 0
+    for _, context, continuation in requests:
+        row = tuple((context + continuation)[-(max_length + 1) :][:-1])
+        lengths[row] = max(lengths.get(row, 0), len(continuation))
+        zero_tail = max(zero_tail, len(row) - len(_stripped(row)))
+    return lengths, zero_tail
+
+
+def _stripped(row: tuple[int, ...]) -> tuple[int, ...]:
+    """``row`` without its trailing 0 tokens (what right-padding with 0 cannot be told apart from)."""
+    end = len(row)
+    while end and row[end - 1] == 0:
+        end -= 1
+    return row[:end]
+
+
+def logits_to_keep(batch, lengths: dict[tuple[int, ...], int], zero_tail: int) -> int | None:
+    """How many final positions of the right-padded (B, P) ``batch`` lm-eval reads logits at: every row's
+    continuation lies in positions ≥ s, s the smallest (row length − continuation length) over the rows, so the
+    LM head and lm-eval's log-softmax need only positions s…P−1 (P − s of them). None: every position (s = 0, as
+    in rolling perplexity), or a row that is none of the requests (then nothing is assumed)."""
+    width = batch.shape[1]
+    start = width
+    for row in batch.tolist():
+        end = len(_stripped(tuple(row)))
+        starts = [
+            end + pad - lengths[key]
+            for pad in range(min(zero_tail, width - end) + 1)
+            if (key := tuple(row[: end + pad])) in lengths
+        ]
+        if not starts:
+            return None
+        start = min(start, *starts)
+    return width - start if start > 0 else None
+
+
+def harness_model(model, tokenizer, batch_size: int, labelled_logits: bool = True):
     """lm-eval's HFLM around the model instance (no copy, no reload), without its progress bars: a run's terminal
-    shows the project's own lines (``hero.logs``), and a bar per task and request type is several dozen lines."""
+    shows the project's own lines (``hero.logs``), and a bar per task and request type is several dozen lines.
+
+    ``labelled_logits`` (``eval.labelled_logits``): a loglikelihood batch computes the LM head only at the positions
+    lm-eval reads (``logits_to_keep``). HFLM takes ``log_softmax`` over the whole (B, T, vocab) output and keeps each
+    row's continuation; the context positions that every row of the batch has before its continuation are dropped
+    before the head instead (HF's ``logits_to_keep``). The kept positions' values are the full output's, and
+    lm-eval's slicing (``ctx_len = inplen + (T_out − T)``, its offset for virtual tokens) finds each continuation in
+    the shorter output."""
+    import torch
     from lm_eval.models.huggingface import HFLM
 
     class QuietHFLM(HFLM):
+        _lengths: tuple[dict, int] | None = None
+
         def loglikelihood(self, requests, disable_tqdm: bool = True):
             return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
 
@@ -80,6 +131,23 @@ def harness_model(model, tokenizer, batch_size: int):
 
         def generate_until(self, requests, disable_tqdm: bool = True):
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+            self._lengths = continuation_lengths(requests, self.max_length)
+            try:
+                return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+            finally:
+                self._lengths = None
+
+        def _model_call(self, inps, attn_mask=None, labels=None):
+            keep = None
+            if labelled_logits and self._lengths is not None and attn_mask is None and labels is None:
+                keep = logits_to_keep(inps, *self._lengths)
+            if keep is None:
+                return super()._model_call(inps, attn_mask, labels)
+            precision = self.mixed_precision_dtype
+            with torch.no_grad(), torch.autocast(self.device.type, dtype=precision, enabled=precision is not None):
+                return self.model(inps, logits_to_keep=keep).logits
 
     return QuietHFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
 

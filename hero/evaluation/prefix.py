@@ -7,9 +7,10 @@ backbone's (``hero.model.prefix.frozen_prefix_end``), so the hidden states enter
 backbone's prefix weights and that exact batch of token ids, not on the router, its threshold or its seed.
 
 ``reuse_prefix(model, directory)`` patches ``model.forward`` for its block. A call with token ids alone (no mask,
-no KV cache, no grad, eval mode: lm-eval's loglikelihood path) looks its states up by key — the prefix weights, k,
-the rotary frequencies and attention implementation, the autocast state, torch's version, and the batch's ids and
-shape — in this process's memory (up to ``MEMORY_BYTES``), then in ``<directory>/<weights key>/<batch key>.pt``.
+no KV cache, no grad, eval mode; ``logits_to_keep`` may be given: lm-eval's loglikelihood path) looks its states up
+by key — the prefix weights, k, the rotary frequencies and attention implementation, the autocast state, torch's
+version, and the batch's ids and shape — in this process's memory (up to ``MEMORY_BYTES``), then in
+``<directory>/<weights key>/<batch key>.pt``.
 On a hit only layers k… run (``layers_from``) on the states read back; on a miss the full forward runs and a
 pre-hook on layer k keeps its input for the next time. Generation (``generate_until``: HF ``generate``, left-padded,
 KV cache) gets the same for its prefill, the call with an empty ``DynamicCache``: keyed also by its mask, positions
@@ -166,15 +167,15 @@ def reuse_prefix(model: nn.Module, directory: str | os.PathLike | None) -> Itera
     def forward(input_ids=None, *args, **kwargs):
         eligible = isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and not args
         eligible = eligible and not model.training and not torch.is_grad_enabled()
-        if eligible and not kwargs:  # lm-eval's loglikelihood batch: model(input_ids)
+        if eligible and set(kwargs) <= {"logits_to_keep"}:  # lm-eval's loglikelihood batch (hero.evaluation.harness)
             key = f"{wkey}/{batch_key(input_ids)}"
             states = _read(key, where, input_ids.device)
             if states is not None:
                 STATS["hits"] += 1
                 with layers_from(model, first):
-                    return real(inputs_embeds=states)
+                    return real(inputs_embeds=states, **kwargs)
             STATS["misses"] += 1
-            out, states = capture(lambda: real(input_ids))
+            out, states = capture(lambda: real(input_ids, **kwargs))
             _write(key, states, where)
             return out
         cache = kwargs.get("cache", kwargs.get("past_key_values"))  # transformers 5 names it cache

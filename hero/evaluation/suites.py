@@ -236,7 +236,7 @@ def _evaluate(model, tokenizer, eval_cfg, manager, specs, items) -> tuple[dict, 
     unknown = [s.lm_eval_task for s in specs if s.lm_eval_task not in manager.all_tasks]
     if unknown:
         raise EvaluationError(f"eval.tasks: lm-eval {LM_EVAL_VERSION} has no task {unknown}")
-    lm = harness_model(model, tokenizer, eval_cfg.batch_size)
+    lm = harness_model(model, tokenizer, eval_cfg.batch_size, eval_cfg.get("labelled_logits", True))
     scores, counts, seconds = {}, {}, {}
     for spec in specs:
         start = time.time()
