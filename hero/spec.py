@@ -163,7 +163,8 @@ class RunSpec:
             knob += f" (calibrated, target {self.cfg.calibration.target_skip:g})"
         return (
             f"run {self.config_hash}: method={self.method.name} variant={self.variant}{knob} seed={self.seed} "
-            f"model={self.model.name} layers={self.layer_set} data={self.data.name} eval={self.eval.suite}"
+            f"model={self.model.name} layers={self.layer_set} data={self.data.name} eval={self.eval.suite} "
+            f"precision={self.cfg.trainer.precision}"
         )
 
     def identity(self, **fields) -> RunRecord:

@@ -109,6 +109,8 @@ def test_the_spec_names_the_run_in_one_line():
     spec = RunSpec.resolve(compose_train(["seed=43", "alpha=0.002", "ablation=no_history"]))
     assert spec.headline() == (
         f"run {spec.config_hash}: method=hero variant=no_history α=0.002 seed=43 model=tiny layers=second_half "
-        "data=tiny eval=tiny"
+        "data=tiny eval=tiny precision=fp32"
     )
+    bf16 = RunSpec.resolve(compose_train(["trainer.precision=bf16"]))
+    assert bf16.headline().endswith(" precision=bf16")
     assert spec.alpha == 0.002 and spec.variant == "no_history" and spec.options["router"].history_branch is False
