@@ -133,7 +133,7 @@ def harness_model(model, tokenizer, batch_size: int, labelled_logits: bool = Tru
             return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
         def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
-            self._lengths = continuation_lengths(requests, self.max_length)
+            self._lengths = continuation_lengths(requests, self.max_length) if labelled_logits else None
             try:
                 return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
             finally:
@@ -141,7 +141,7 @@ def harness_model(model, tokenizer, batch_size: int, labelled_logits: bool = Tru
 
         def _model_call(self, inps, attn_mask=None, labels=None):
             keep = None
-            if labelled_logits and self._lengths is not None and attn_mask is None and labels is None:
+            if self._lengths is not None and attn_mask is None and labels is None:
                 keep = logits_to_keep(inps, *self._lengths)
             if keep is None:
                 return super()._model_call(inps, attn_mask, labels)
