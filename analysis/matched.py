@@ -4,10 +4,18 @@ A run scored at several evaluation thresholds (``eval.thresholds``, ``hero.scori
 (threshold → scores, parameter skip, net compute skip); its trained threshold is one more. For a target skip x on
 ``axis`` (``param``: ``skip.param_rate``; ``compute``: ``skip.net_compute_rate``), the two points whose skips bracket
 x, p_lo ≤ x ≤ p_hi, are mixed with weight w = (p_hi − x) / (p_hi − p_lo) on the lower one: each item's score is
-w·s_lo + (1 − w)·s_hi and each task value w·v_lo + (1 − w)·v_hi. This is exactly what a router that uses the lower
-point's threshold with probability w would score and skip in expectation, so the skip is x by construction, on the
-chosen axis; the other axis is mixed the same way and reported. A target outside the curve is refused, naming the
-range the run reaches: no extrapolation.
+w·s_lo + (1 − w)·s_hi, and each task value is computed from the mixed items. This is what a router that draws the
+lower point's threshold with probability w *per document* would score and skip in expectation, so the skip is x by
+construction, on the chosen axis; the other axis is mixed the same way and reported. A target outside the curve is
+refused, naming the range the run reaches: no extrapolation.
+
+For accuracy-like tasks the mixed value is w·v_lo + (1 − w)·v_hi. For a perplexity task it is not: the documents'
+log-likelihoods mix linearly, so ``inv_ppl`` mixes geometrically, v_lo^w · v_hi^(1−w), below the linear mixture (a
+draw per *run* of the whole suite). The difference is large when one point is catastrophic: bf16_smollm2's seed-42
+routers on the public perplexity task differ by −11.58 Retain read linearly and by +0.3 read per document at 12 %
+parameter skip, through a τ 0.95 point with Retain 0.19. The per-document reading is the one a router can realise,
+and the one ``analysis.paired``'s variance and bootstrap are computed on. ``across_runs`` (records without items)
+reads Retain linearly between points: exact for accuracy-like tasks, an upper bound for perplexity tasks.
 """
 
 from __future__ import annotations
@@ -56,8 +64,7 @@ def at_skip(record: dict, items: pl.DataFrame, target: float, axis: str, path: P
     mixed = a.join(b.select(*keys, pl.col("score").alias("score_hi")), on=keys, how="inner").with_columns(
         (w * pl.col("score") + (1 - w) * pl.col("score_hi")).alias("score"), pl.lit(None, pl.Float64).alias("threshold")
     )
-    va, vb = task_values(a), task_values(b)
-    values = {t: w * va[t] + (1 - w) * vb[t] for t in va}
+    values = task_values(mixed)
     other = "compute" if axis == "param" else "param"
     skips = {axis: target, other: w * lo[other] + (1 - w) * hi[other]}
     return mixed.drop("score_hi"), values, skips["param"], skips["compute"]

@@ -178,6 +178,31 @@ def test_a_run_is_read_at_exactly_the_target_skip_through_its_curve(tmp_path):
         at_skip(record, item_frame(path), 0.3, "param")
 
 
+def test_a_perplexity_task_is_mixed_per_document_so_its_value_is_the_mixed_items_value(tmp_path):
+    """Mutant killed: task values mixed linearly between the two points (a draw per run) while the items, and with
+    them the variance and the bootstrap, are mixed per document: for ``inv_ppl`` the two differ (geometric against
+    linear mixture), and D then disagreed with its own bootstrap by 12 Retain points on bf16_smollm2's public task."""
+    curve = [{"threshold": 0.7, "skip": {"param_rate": 0.3, "net_compute_rate": 0.2}, "eval": {}, "retain": None}]
+    path = write_run(tmp_path, "a-1", 1, [1, 1], ppl=[(-5.0, 5), (-5.0, 5)], curve=curve, skip=0.1)
+    rows = [
+        {"task": "qa", "item": i, "doc": f"d{i}", "metrics": {"acc": 1.0}, "threshold": t}
+        for i in range(2)
+        for t in (None, 0.7)
+    ]
+    rows += [{"task": "ppl", "item": i, "doc": f"p{i}", "metrics": {"inv_ppl": [-5.0, 5]}} for i in range(2)]
+    rows += [
+        {"task": "ppl", "item": i, "doc": f"p{i}", "metrics": {"inv_ppl": [-45.0, 5]}, "threshold": 0.7}
+        for i in range(2)
+    ]
+    write_items(path.parent / ITEMS_FILENAME, [{k: v for k, v in r.items() if v is not None} for r in rows])
+    record = json.loads(path.read_text())
+    items, values, _, _ = at_skip(record, item_frame(path), 0.2, "param")
+    assert values["ppl"] == pytest.approx(
+        math.exp(-(0.5 * 5.0 + 0.5 * 45.0) / 5)
+    )  # geometric: e^-5, not (e^-1 + e^-9) / 2
+    assert values["ppl"] == pytest.approx(task_values(items)["ppl"])
+
+
 def test_cli_refuses_a_group_without_runs_in_one_line(tmp_path, capsys):
     write_run(tmp_path, "a-1", 1, [1, 0])
     assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=nothing"]) == 2
