@@ -1,7 +1,7 @@
 """Two groups of runs compared paired by seed and by item: the Retain difference, its interval, and where its noise
 comes from (item sampling vs training seed), with a design calculator for how many seeds × items resolve X points.
 
-    python -m analysis.paired RECORDS... --a variant=full --b variant=no_memory_read [--at 0.12 --axis param]
+    python -m analysis.paired RECORDS... --a variant=full --b variant=no_memory_read [--at 0.12 | --at-b] [--axis param]
                               [--seed-records DIR...] [--resolve 3]
 
 A group is the records matching a selector (``key=value`` on record fields: method, variant, alpha, knob, …). The
@@ -296,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--at", type=float, help="compare at exactly this skip, through each run's curve")
     parser.add_argument("--axis", choices=("param", "compute"), default="param", help="the skip axis of --at")
+    parser.add_argument(
+        "--at-b",
+        action="store_true",
+        help="read each A run at exactly its same-seed B run's trained skip on --axis (B at its trained threshold): "
+        "matched per seed where no one skip lies on every run's curve",
+    )
     parser.add_argument("--seed-records", nargs="*", default=[], help="records without items for the seed component")
     parser.add_argument(
         "--seed-std",
@@ -312,8 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with_items = [(p, r) for p, r in read_records(args.records) if (p.parent / "items.jsonl.gz").is_file()]
         want_a, want_b = parse_selector(args.a), parse_selector(args.b)
-        a = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_a)]
+        if args.at_b and args.at is not None:
+            raise ItemsError(f"--at {args.at} and --at-b: give one (one skip for every run, or each B run's own)")
         b = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_b)]
+        if args.at_b:
+            key = "param_skip" if args.axis == "param" else "compute_skip"
+            own = {run.seed: getattr(run, key) for run in b}
+            a = [
+                load_run(p, own[r["seed"]], args.axis, r)
+                for p, r in with_items
+                if matches(r, want_a) and r["seed"] in own
+            ]
+        else:
+            a = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_a)]
         if not a or not b:
             raise ItemsError(f"--a {args.a}: {len(a)} runs with items, --b {args.b}: {len(b)}; each needs ≥ 1")
         dense = dense_values(a[0], args.records)
@@ -333,12 +350,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
     print(report(result, args, a + b))
+    if args.at_b:
+        print(
+            "per seed, B's trained skip (param / net compute): "
+            + ", ".join(
+                f"{r.seed}: {100 * r.param_skip:.2f} / {100 * r.compute_skip:.2f} %"
+                for r in sorted(b, key=lambda r: r.seed)
+            )
+        )
     return 0
 
 
 def report(result: dict, args, runs: list[Run]) -> str:
     comp = result["components"]
-    axis = f"matched at {args.at:.4g} {args.axis} skip" if args.at is not None else "at each run's trained threshold"
+    if args.at_b:
+        axis = f"A matched per seed to B's trained {args.axis} skip"
+    elif args.at is not None:
+        axis = f"matched at {args.at:.4g} {args.axis} skip"
+    else:
+        axis = "at each run's trained threshold"
     lines = [
         f"A = {args.a}, B = {args.b}; {axis}; shared seeds {result['seeds']}; items per task {comp.items}",
         f"skip A: param {result['skip']['a'][0]:.4f}, net compute {result['skip']['a'][1]:.4f}; "

@@ -203,6 +203,28 @@ def test_a_perplexity_task_is_mixed_per_document_so_its_value_is_the_mixed_items
     assert values["ppl"] == pytest.approx(task_values(items)["ppl"])
 
 
+def test_at_b_reads_each_a_run_at_its_same_seed_b_runs_trained_skip(tmp_path, capsys):
+    """Mutants killed: A read at B's skip of another seed (or at the mean of B's skips); --at and --at-b together
+    accepted."""
+    curve = [
+        {"threshold": 0.05, "skip": {"param_rate": 0.0, "net_compute_rate": 0.0}, "eval": {}, "retain": None},
+        {"threshold": 0.95, "skip": {"param_rate": 0.4, "net_compute_rate": 0.2}, "eval": {}, "retain": None},
+    ]
+    low, high = {0.05: [1, 1, 1, 1], 0.95: [0, 0, 0, 0]}, {0.05: [1, 1, 1, 1], 0.95: [0, 0, 0, 0]}
+    write_run(tmp_path, "a-1", 1, [1, 1, 0, 0], curve=curve, skip=0.2, threshold_scores=low)
+    write_run(tmp_path, "a-2", 2, [1, 1, 0, 0], curve=curve, skip=0.2, threshold_scores=high)
+    write_run(tmp_path, "b-1", 1, [1, 1, 1, 0], curve=curve, skip=0.1, threshold_scores=low)
+    write_run(tmp_path, "b-2", 2, [1, 0, 0, 0], curve=curve, skip=0.3, threshold_scores=high)
+    (tmp_path / "dense.json").write_text(json.dumps({"eval": {"qa": {"acc": 1.0}}}))
+    assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=b", "--at-b"]) == 0
+    out = capsys.readouterr().out
+    # seed 1: A at 0.1 is halfway between τ 0.05 (1.0) and trained (0.5): 0.75, B 0.75 → 0; seed 2: A at 0.3 is
+    # halfway between trained (0.5) and τ 0.95 (0.0): 0.25, B 0.25 → 0
+    assert "(per seed +0.00, +0.00)" in out
+    assert "1: 10.00 / 5.00 %, 2: 30.00 / 15.00 %" in out
+    assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=b", "--at-b", "--at", "0.2"]) == 2
+
+
 def test_cli_refuses_a_group_without_runs_in_one_line(tmp_path, capsys):
     write_run(tmp_path, "a-1", 1, [1, 0])
     assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=nothing"]) == 2
