@@ -18,7 +18,14 @@ from hero.calibration_file import resolved_config
 from hero.dispatch.studies import load_study, override_key, study_commands
 from hero.results import config_hash, index_records
 
-STUDIES = ("router_memory", "router_memory_smollm2", "hero_gap_smollm2", "paper_suite_smollm2", "budget_smollm2")
+STUDIES = (
+    "router_memory",
+    "router_memory_smollm2",
+    "hero_gap_smollm2",
+    "paper_suite_smollm2",
+    "budget_smollm2",
+    "bf16_smollm2",
+)
 
 
 def jobs(cmd: list[str]):
