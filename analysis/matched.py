@@ -12,7 +12,7 @@ refused, naming the range the run reaches: no extrapolation.
 For accuracy-like tasks the mixed value is w·v_lo + (1 − w)·v_hi. For a perplexity task it is not: the documents'
 log-likelihoods mix linearly, so ``inv_ppl`` mixes geometrically, v_lo^w · v_hi^(1−w), below the linear mixture (a
 draw per *run* of the whole suite). The difference is large when one point is catastrophic: bf16_smollm2's seed-42
-routers on the public perplexity task differ by −11.58 Retain read linearly and by +0.3 read per document at 12 %
+routers on the public perplexity task differ by −11.58 Retain read linearly and by +0.25 read per document at 12 %
 parameter skip, through a τ 0.95 point with Retain 0.19. The per-document reading is the one a router can realise,
 and the one ``analysis.paired``'s variance and bootstrap are computed on. ``across_runs`` (records without items)
 reads Retain linearly between points: exact for accuracy-like tasks, an upper bound for perplexity tasks.

@@ -197,9 +197,8 @@ def test_a_perplexity_task_is_mixed_per_document_so_its_value_is_the_mixed_items
     write_items(path.parent / ITEMS_FILENAME, [{k: v for k, v in r.items() if v is not None} for r in rows])
     record = json.loads(path.read_text())
     items, values, _, _ = at_skip(record, item_frame(path), 0.2, "param")
-    assert values["ppl"] == pytest.approx(
-        math.exp(-(0.5 * 5.0 + 0.5 * 45.0) / 5)
-    )  # geometric: e^-5, not (e^-1 + e^-9) / 2
+    # geometric: e^-5, not (e^-1 + e^-9) / 2
+    assert values["ppl"] == pytest.approx(math.exp(-(0.5 * 5.0 + 0.5 * 45.0) / 5))
     assert values["ppl"] == pytest.approx(task_values(items)["ppl"])
 
 
@@ -210,11 +209,11 @@ def test_at_b_reads_each_a_run_at_its_same_seed_b_runs_trained_skip(tmp_path, ca
         {"threshold": 0.05, "skip": {"param_rate": 0.0, "net_compute_rate": 0.0}, "eval": {}, "retain": None},
         {"threshold": 0.95, "skip": {"param_rate": 0.4, "net_compute_rate": 0.2}, "eval": {}, "retain": None},
     ]
-    low, high = {0.05: [1, 1, 1, 1], 0.95: [0, 0, 0, 0]}, {0.05: [1, 1, 1, 1], 0.95: [0, 0, 0, 0]}
-    write_run(tmp_path, "a-1", 1, [1, 1, 0, 0], curve=curve, skip=0.2, threshold_scores=low)
-    write_run(tmp_path, "a-2", 2, [1, 1, 0, 0], curve=curve, skip=0.2, threshold_scores=high)
-    write_run(tmp_path, "b-1", 1, [1, 1, 1, 0], curve=curve, skip=0.1, threshold_scores=low)
-    write_run(tmp_path, "b-2", 2, [1, 0, 0, 0], curve=curve, skip=0.3, threshold_scores=high)
+    ends = {0.05: [1, 1, 1, 1], 0.95: [0, 0, 0, 0]}
+    write_run(tmp_path, "a-1", 1, [1, 1, 0, 0], curve=curve, skip=0.2, threshold_scores=ends)
+    write_run(tmp_path, "a-2", 2, [1, 1, 0, 0], curve=curve, skip=0.2, threshold_scores=ends)
+    write_run(tmp_path, "b-1", 1, [1, 1, 1, 0], curve=curve, skip=0.1, threshold_scores=ends)
+    write_run(tmp_path, "b-2", 2, [1, 0, 0, 0], curve=curve, skip=0.3, threshold_scores=ends)
     (tmp_path / "dense.json").write_text(json.dumps({"eval": {"qa": {"acc": 1.0}}}))
     assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=b", "--at-b"]) == 0
     out = capsys.readouterr().out
