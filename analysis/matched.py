@@ -42,6 +42,25 @@ def points(record: dict) -> list[dict]:
     return out
 
 
+def span(record: dict, axis: str) -> tuple[float, float]:
+    """The lowest and highest skip on ``axis`` that the run's points reach."""
+    skips = [p[axis] for p in points(record) if p[axis] is not None]
+    return min(skips), max(skips)
+
+
+def nearest_shared(a: dict, b: dict, target: float, axis: str) -> float:
+    """``target`` if both runs' curves reach it, else the skip nearest it that both reach; ``ItemsError`` where the
+    two curves share no skip."""
+    (a_lo, a_hi), (b_lo, b_hi) = span(a, axis), span(b, axis)
+    lo, hi = max(a_lo, b_lo), min(a_hi, b_hi)
+    if lo > hi:
+        raise ItemsError(
+            f"seed {a.get('seed')}: the two curves share no {axis} skip ([{a_lo:.4f}, {a_hi:.4f}] and "
+            f"[{b_lo:.4f}, {b_hi:.4f}])"
+        )
+    return min(max(target, lo), hi)
+
+
 def at_skip(record: dict, items: pl.DataFrame, target: float, axis: str, path: Path | str = "run"):
     """(items, task values, param skip, compute skip) of the run mixed to skip ``target`` on ``axis``."""
     if axis not in AXES:

@@ -1,7 +1,8 @@
 """Two groups of runs compared paired by seed and by item: the Retain difference, its interval, and where its noise
 comes from (item sampling vs training seed), with a design calculator for how many seeds × items resolve X points.
 
-    python -m analysis.paired RECORDS... --a variant=full --b variant=no_memory_read [--at 0.12 | --at-b] [--axis param]
+    python -m analysis.paired RECORDS... --a variant=full --b variant=no_memory_read [--at 0.12 | --at-b [--nearest]]
+                              [--axis param]
                               [--seed-records DIR...] [--resolve 3]
 
 A group is the records matching a selector (``key=value`` on record fields: method, variant, alpha, knob, …). The
@@ -41,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from analysis.items import ItemsError, item_frame, slope, task_values
-from analysis.matched import at_skip, matches, read_records
+from analysis.matched import at_skip, matches, nearest_shared, read_records
 from analysis.reference import BaselineError, parse_selector
 from analysis.stats import t_quantile
 
@@ -302,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
         help="read each A run at exactly its same-seed B run's trained skip on --axis (B at its trained threshold): "
         "matched per seed where no one skip lies on every run's curve",
     )
+    parser.add_argument(
+        "--nearest",
+        action="store_true",
+        help="with --at-b: where A's curve does not reach B's trained skip, read both runs of that seed at the skip "
+        "nearest it that both curves reach (B through its curve); the skip read is printed per seed",
+    )
     parser.add_argument("--seed-records", nargs="*", default=[], help="records without items for the seed component")
     parser.add_argument(
         "--seed-std",
@@ -320,15 +327,29 @@ def main(argv: list[str] | None = None) -> int:
         want_a, want_b = parse_selector(args.a), parse_selector(args.b)
         if args.at_b and args.at is not None:
             raise ItemsError(f"--at {args.at} and --at-b: give one (one skip for every run, or each B run's own)")
+        if args.nearest and not args.at_b:
+            raise ItemsError("--nearest reads a seed's pair near B's trained skip: it needs --at-b")
         b = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_b)]
+        b_trained = b
         if args.at_b:
             key = "param_skip" if args.axis == "param" else "compute_skip"
             own = {run.seed: getattr(run, key) for run in b}
-            a = [
-                load_run(p, own[r["seed"]], args.axis, r)
-                for p, r in with_items
-                if matches(r, want_a) and r["seed"] in own
-            ]
+            a_records = [(p, r) for p, r in with_items if matches(r, want_a) and r["seed"] in own]
+            if args.nearest:
+                own = {
+                    r["seed"]: nearest_shared(r, b_run.record, own[r["seed"]], args.axis)
+                    for _, r in a_records
+                    for b_run in b
+                    if b_run.seed == r["seed"]
+                }
+                b = [
+                    run
+                    if own[run.seed] == getattr(run, key)
+                    else load_run(run.path, own[run.seed], args.axis, run.record)
+                    for run in b
+                    if run.seed in own
+                ]
+            a = [load_run(p, own[r["seed"]], args.axis, r) for p, r in a_records]
         else:
             a = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_a)]
         if not a or not b:
@@ -350,7 +371,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
     print(report(result, args, a + b))
-    if args.at_b:
+    if args.nearest:
+        trained_a = {
+            r["seed"]: r["skip"]["param_rate" if args.axis == "param" else "net_compute_rate"] for _, r in a_records
+        }
+        print(
+            f"per seed, the {args.axis} skip read (B's trained, A's trained): "
+            + ", ".join(
+                f"{s}: {100 * own[s]:.2f} % ({100 * getattr(t, key):.2f}, {100 * trained_a[s]:.2f})"
+                for s, t in ((t.seed, t) for t in sorted(b_trained, key=lambda t: t.seed) if t.seed in own)
+            )
+        )
+    elif args.at_b:
         print(
             "per seed, B's trained skip (param / net compute): "
             + ", ".join(
@@ -363,7 +395,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(result: dict, args, runs: list[Run]) -> str:
     comp = result["components"]
-    if args.at_b:
+    if args.nearest:
+        axis = f"both read per seed at B's trained {args.axis} skip or the nearest skip both curves reach"
+    elif args.at_b:
         axis = f"A matched per seed to B's trained {args.axis} skip"
     elif args.at is not None:
         axis = f"matched at {args.at:.4g} {args.axis} skip"

@@ -224,6 +224,40 @@ def test_at_b_reads_each_a_run_at_its_same_seed_b_runs_trained_skip(tmp_path, ca
     assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=b", "--at-b", "--at", "0.2"]) == 2
 
 
+def test_nearest_reads_both_runs_of_a_seed_at_the_nearest_skip_both_curves_reach(tmp_path, capsys):
+    """Mutants killed: B left at its trained point when the skip read moved (D +25 instead of +50 at seed 1); the
+    skip moved although A's curve reaches B's trained skip (seed 2); curves that share no skip, or --nearest without
+    --at-b, accepted."""
+
+    def curve(lo, hi):
+        return [
+            {"threshold": 0.05, "skip": {"param_rate": lo, "net_compute_rate": lo / 2}, "eval": {}, "retain": None},
+            {"threshold": 0.95, "skip": {"param_rate": hi, "net_compute_rate": hi / 2}, "eval": {}, "retain": None},
+        ]
+
+    ends = {0.05: [1, 1, 1, 1], 0.95: [0, 0, 0, 0]}
+    for seed in (1, 2):
+        write_run(tmp_path, f"a-{seed}", seed, [1, 1, 0, 0], curve=curve(0.2, 0.4), skip=0.3, threshold_scores=ends)
+    write_run(tmp_path, "b-1", 1, [1, 1, 1, 0], curve=curve(0.0, 0.4), skip=0.1, threshold_scores=ends)
+    write_run(tmp_path, "b-2", 2, [1, 0, 0, 0], curve=curve(0.0, 0.4), skip=0.3, threshold_scores=ends)
+    (tmp_path / "dense.json").write_text(json.dumps({"eval": {"qa": {"acc": 1.0}}}))
+    args = [str(tmp_path), "--a", "variant=a", "--b", "variant=b", "--at-b"]
+    assert main(args) == 2  # A's curve [0.2, 0.4] does not reach B's 0.1 at seed 1
+    capsys.readouterr()
+    assert main([*args, "--nearest"]) == 0
+    out = capsys.readouterr().out
+    # seed 1 read at 0.2: A at its τ 0.05 point (1.0); B two thirds of the way from τ 0.95 (0.4, 0.0) back to its
+    # trained point (0.1, 0.75): 0.5 → +50. Seed 2 at B's own 0.3: A's trained 0.5 against B's 0.25 → +25.
+    assert "(per seed +50.00, +25.00)" in out
+    assert "1: 20.00 % (10.00, 30.00), 2: 30.00 % (30.00, 30.00)" in out
+    write_run(tmp_path, "b-3", 3, [1, 0, 0, 0], curve=curve(0.0, 0.1), skip=0.05, threshold_scores=ends)
+    write_run(tmp_path, "a-3", 3, [1, 1, 0, 0], curve=curve(0.2, 0.4), skip=0.3, threshold_scores=ends)
+    assert main([*args, "--nearest"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seed 3" in err[0] and "share no param skip" in err[0]
+    assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=b", "--nearest"]) == 2
+
+
 def test_cli_refuses_a_group_without_runs_in_one_line(tmp_path, capsys):
     write_run(tmp_path, "a-1", 1, [1, 0])
     assert main([str(tmp_path), "--a", "variant=a", "--b", "variant=nothing"]) == 2
