@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 
 from analysis.items import ItemsError, item_frame, slope, task_values
-from analysis.matched import at_skip, matches, nearest_shared, read_records
+from analysis.matched import AXES, at_skip, matches, nearest_shared, read_records
 from analysis.reference import BaselineError, parse_selector
 from analysis.stats import t_quantile
 
@@ -330,24 +330,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.nearest and not args.at_b:
             raise ItemsError("--nearest reads a seed's pair near B's trained skip: it needs --at-b")
         b = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_b)]
-        b_trained = b
         if args.at_b:
             key = "param_skip" if args.axis == "param" else "compute_skip"
-            own = {run.seed: getattr(run, key) for run in b}
-            a_records = [(p, r) for p, r in with_items if matches(r, want_a) and r["seed"] in own]
+            trained_b = {run.seed: run for run in b}
+            a_records = [(p, r) for p, r in with_items if matches(r, want_a) and r["seed"] in trained_b]
+            own = {r["seed"]: getattr(trained_b[r["seed"]], key) for _, r in a_records}
             if args.nearest:
                 own = {
-                    r["seed"]: nearest_shared(r, b_run.record, own[r["seed"]], args.axis)
+                    r["seed"]: nearest_shared(r, trained_b[r["seed"]].record, own[r["seed"]], args.axis)
                     for _, r in a_records
-                    for b_run in b
-                    if b_run.seed == r["seed"]
                 }
                 b = [
-                    run
-                    if own[run.seed] == getattr(run, key)
-                    else load_run(run.path, own[run.seed], args.axis, run.record)
-                    for run in b
-                    if run.seed in own
+                    run if own[s] == getattr(run, key) else load_run(run.path, own[s], args.axis, run.record)
+                    for s, run in trained_b.items()
+                    if s in own
                 ]
             a = [load_run(p, own[r["seed"]], args.axis, r) for p, r in a_records]
         else:
@@ -372,14 +368,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(report(result, args, a + b))
     if args.nearest:
-        trained_a = {
-            r["seed"]: r["skip"]["param_rate" if args.axis == "param" else "net_compute_rate"] for _, r in a_records
-        }
         print(
             f"per seed, the {args.axis} skip read (B's trained, A's trained): "
             + ", ".join(
-                f"{s}: {100 * own[s]:.2f} % ({100 * getattr(t, key):.2f}, {100 * trained_a[s]:.2f})"
-                for s, t in ((t.seed, t) for t in sorted(b_trained, key=lambda t: t.seed) if t.seed in own)
+                f"{r['seed']}: {100 * own[r['seed']]:.2f} % ({100 * getattr(trained_b[r['seed']], key):.2f}, "
+                f"{100 * r['skip'][AXES[args.axis]]:.2f})"
+                for _, r in sorted(a_records, key=lambda pr: pr[1]["seed"])
             )
         )
     elif args.at_b:
