@@ -113,6 +113,30 @@ def load_run(path: str | Path, at: float | None = None, axis: str = "param", rec
     return Run(path, record, items, values, param, compute)
 
 
+def pairs_at_b(
+    with_items: list[tuple[Path, dict]], want_a: dict, want_b: dict, axis: str, nearest: bool = False
+) -> tuple[list[Run], list[Run], dict[int, tuple[float, float, float]]]:
+    """Each A run read at exactly its same-seed B run's trained skip on ``axis`` (B at its trained threshold); with
+    ``nearest``, where A's curve does not reach it, both runs of that seed read at the nearest skip both curves reach
+    (``matched.nearest_shared``). Returns (A runs, B runs, {seed: (skip read, B's trained skip, A's trained skip)})
+    over the seeds both groups have."""
+    key = "param_skip" if axis == "param" else "compute_skip"
+    trained_b = {run.seed: run for run in (load_run(p, None, axis, r) for p, r in with_items if matches(r, want_b))}
+    a_records = [(p, r) for p, r in with_items if matches(r, want_a) and r["seed"] in trained_b]
+    reads = {}
+    for _, r in a_records:
+        target = getattr(trained_b[r["seed"]], key)
+        read = nearest_shared(r, trained_b[r["seed"]].record, target, axis) if nearest else target
+        reads[r["seed"]] = (read, target, r["skip"][AXES[axis]])
+    b = [
+        run if reads[s][0] == getattr(run, key) else load_run(run.path, reads[s][0], axis, run.record)
+        for s, run in trained_b.items()
+        if s in reads
+    ]
+    a = [load_run(p, reads[r["seed"]][0], axis, r) for p, r in a_records]
+    return a, b, reads
+
+
 def dense_values(run: Run, roots: list[str]) -> dict[str, float]:
     """The dense baseline's task values on ``run``'s Retain tasks, plus ``p_gold`` values from its items.
 
@@ -329,25 +353,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ItemsError(f"--at {args.at} and --at-b: give one (one skip for every run, or each B run's own)")
         if args.nearest and not args.at_b:
             raise ItemsError("--nearest reads a seed's pair near B's trained skip: it needs --at-b")
-        b = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_b)]
         if args.at_b:
-            key = "param_skip" if args.axis == "param" else "compute_skip"
-            trained_b = {run.seed: run for run in b}
-            a_records = [(p, r) for p, r in with_items if matches(r, want_a) and r["seed"] in trained_b]
-            own = {r["seed"]: getattr(trained_b[r["seed"]], key) for _, r in a_records}
-            if args.nearest:
-                own = {
-                    r["seed"]: nearest_shared(r, trained_b[r["seed"]].record, own[r["seed"]], args.axis)
-                    for _, r in a_records
-                }
-                b = [
-                    run if own[s] == getattr(run, key) else load_run(run.path, own[s], args.axis, run.record)
-                    for s, run in trained_b.items()
-                    if s in own
-                ]
-            a = [load_run(p, own[r["seed"]], args.axis, r) for p, r in a_records]
+            a, b, reads = pairs_at_b(with_items, want_a, want_b, args.axis, args.nearest)
         else:
-            a = [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, want_a)]
+            a, b = (
+                [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, w)] for w in (want_a, want_b)
+            )
         if not a or not b:
             raise ItemsError(f"--a {args.a}: {len(a)} runs with items, --b {args.b}: {len(b)}; each needs ≥ 1")
         dense = dense_values(a[0], args.records)
@@ -371,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"per seed, the {args.axis} skip read (B's trained, A's trained): "
             + ", ".join(
-                f"{r['seed']}: {100 * own[r['seed']]:.2f} % ({100 * getattr(trained_b[r['seed']], key):.2f}, "
-                f"{100 * r['skip'][AXES[args.axis]]:.2f})"
-                for _, r in sorted(a_records, key=lambda pr: pr[1]["seed"])
+                f"{s}: {100 * x:.2f} % ({100 * tb:.2f}, {100 * ta:.2f})" for s, (x, tb, ta) in sorted(reads.items())
             )
         )
     elif args.at_b:

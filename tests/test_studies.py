@@ -3,7 +3,9 @@
 Tables and CSVs, not the PNG plots (their bytes depend on the font and renderer of a machine). A study whose
 report reads more than its own records (other studies' records, options) names the extra arguments of
 ``python -m analysis.report`` in ``report_args`` (one line, paths relative to the repository root). A study that
-compares two suites commits ``two_suites.md``, rebuilt by ``python -m analysis.two_suites`` with ``two_suites_args``."""
+compares two suites commits ``two_suites.md``, rebuilt by ``python -m analysis.two_suites`` with ``two_suites_args``;
+one whose answer is a table of paired differences commits ``contrasts.md``, rebuilt by ``python -m analysis.contrasts``
+with ``contrasts_args``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.contrasts import main as contrasts_main
 from analysis.report import main as report_main
 from analysis.two_suites import main as suites_main
 
@@ -38,3 +41,14 @@ def test_two_suite_comparison_rebuilds_from_its_records(name, tmp_path, monkeypa
     out = tmp_path / "two_suites.md"
     assert suites_main([*shlex.split((study / "two_suites_args").read_text()), "--out", str(out)]) == 0
     assert out.read_bytes() == (study / "two_suites.md").read_bytes()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in STUDIES.iterdir() if (p / "contrasts.md").is_file()))
+def test_contrasts_rebuild_from_their_records(name, tmp_path, monkeypatch):
+    """A study's paired-difference table (``python -m analysis.contrasts $(cat contrasts_args)``) is what its
+    committed records give today."""
+    study = STUDIES / name
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "contrasts.md"
+    assert contrasts_main([*shlex.split((study / "contrasts_args").read_text()), "--out", str(out)]) == 0
+    assert out.read_bytes() == (study / "contrasts.md").read_bytes()

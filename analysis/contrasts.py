@@ -1,0 +1,141 @@
+"""Several variants against one reference, paired by seed and by item, on each yardstick and on both cost axes: the
+table a study's answer is read from.
+
+    python -m analysis.contrasts --b variant=full --a variant=no_position_state --a variant=no_history \\
+        --yardstick ours=docs/studies/table3_smollm2/records --yardstick public=docs/studies/table3_smollm2/public_records \\
+        [--off-point 3] [--out contrasts.md]
+
+Each cell is ``analysis.paired``'s difference D = Retain(A) − Retain(B), in Retain points against the dense baseline
+of the yardstick's records, over the seeds A and B share there. Per seed both runs are read at B's trained skip on
+the axis (parameter skip, or net compute skip), or, where A's curve does not reach it, at the nearest skip both curves
+reach (``paired.pairs_at_b`` with ``nearest``): matched by construction, never extrapolated. The half-width is the
+95 % interval of D from the study's own seeds and items (t at Satterthwaite's degrees of freedom); with one shared
+seed there is none. A seed whose skip read lies more than ``--off-point`` percentage points from either run's trained
+skip is *off-point* (its pair is read where neither router was trained): the cell names it, and D is given again
+over the other seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from analysis.items import ItemsError
+from analysis.matched import matches, read_records
+from analysis.paired import compare, dense_values, pairs_at_b
+from analysis.reference import BaselineError, parse_selector
+
+AXIS_NAMES = {"param": "parameter", "compute": "net compute"}
+
+
+def _interval(result: dict) -> float:
+    """95 % half-width of D, NaN with one shared seed."""
+    comp = result["components"]
+    return float("nan") if math.isnan(comp.seed_var) else comp.half_width(comp.seeds, seed_df=comp.seed_df)
+
+
+def cell(records: list[tuple[Path, dict]], root: str, want_a: dict, want_b: dict, axis: str, off_point: float) -> dict:
+    """One contrast: D, its half-width and bootstrap interval, the per-seed pairs and skip read, the off-point seeds
+    and D without them. ``{"missing": why}`` where the yardstick has no pair to read."""
+    with_items = [(p, r) for p, r in records if (p.parent / "items.jsonl.gz").is_file()]
+    try:
+        a, b, reads = pairs_at_b(with_items, want_a, want_b, axis, nearest=True)
+    except ItemsError as err:  # a seed's two curves share no skip: shown in its cell, the other cells still read
+        return {"missing": str(err)}
+    if not a:
+        return {"missing": "no shared seed scored"}
+    dense = dense_values(a[0], [root])
+    result = compare(a, b, dense)
+    off = sorted(s for s, (x, tb, ta) in reads.items() if max(abs(x - tb), abs(x - ta)) > off_point / 100)
+    out = {
+        "seeds": result["seeds"],
+        "per_seed": dict(zip(result["seeds"], result["per_seed"], strict=True)),
+        "read": {s: reads[s][0] for s in result["seeds"]},
+        "difference": result["difference"],
+        "half_width": _interval(result),
+        "bootstrap": (result["bootstrap"]["lo"], result["bootstrap"]["hi"]),
+        "off": off,
+    }
+    kept = [s for s in result["seeds"] if s not in off]
+    if off and kept:
+        rest = compare([r for r in a if r.seed in kept], [r for r in b if r.seed in kept], dense)
+        out["without_off"] = (rest["difference"], _interval(rest))
+    return out
+
+
+def _pm(d: float, hw: float) -> str:
+    return f"{d:+.2f}" + ("" if math.isnan(hw) else f" ± {hw:.2f}")
+
+
+def table(cells: list[tuple[str, str, str, dict]], reference: str, off_point: float) -> str:
+    lines = [
+        f"**Paired differences to {reference}** (D = Retain(variant) − Retain({reference}), Retain points; "
+        "95 % interval from the shared seeds and items, none with one seed; per seed both runs read at the "
+        f"reference's trained skip on the axis, or at the nearest skip both curves reach; off-point: read > {off_point:g} pp "
+        "from either run's trained skip)",
+        "",
+        "| variant | yardstick | axis | seeds | D ± 95 % | bootstrap 95 % | per seed: D (skip read %) | off-point | D without off-point |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for variant, yardstick, axis, c in cells:
+        head = f"| {variant} | {yardstick} | {AXIS_NAMES[axis]} |"
+        if "missing" in c:
+            lines.append(f"{head} – | {c['missing']} | | | | |")
+            continue
+        seeds = ", ".join(map(str, c["seeds"]))
+        per = ", ".join(f"{s}: {c['per_seed'][s]:+.2f} ({100 * c['read'][s]:.2f})" for s in c["seeds"])
+        boot = f"[{c['bootstrap'][0]:+.2f}, {c['bootstrap'][1]:+.2f}]"
+        off = ", ".join(map(str, c["off"])) or "none"
+        rest = _pm(*c["without_off"]) if "without_off" in c else "–"
+        lines.append(f"{head} {seeds} | {_pm(c['difference'], c['half_width'])} | {boot} | {per} | {off} | {rest} |")
+    return "\n".join(lines) + "\n"
+
+
+def _yardstick(text: str) -> tuple[str, str]:
+    name, eq, root = text.partition("=")
+    if not eq or not name or not Path(root).is_dir():
+        raise ItemsError(f"--yardstick {text!r}: expected NAME=DIR with DIR a directory of records")
+    return name, root
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.contrasts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--b", required=True, help="the reference group, e.g. variant=full")
+    parser.add_argument("--a", action="append", required=True, help="a variant group (repeat), e.g. variant=no_history")
+    parser.add_argument(
+        "--yardstick", action="append", required=True, help="NAME=DIR: records scored on one suite (repeat)"
+    )
+    parser.add_argument("--axis", choices=("param", "compute"), action="append", help="default: both")
+    parser.add_argument("--off-point", type=float, default=3.0, help="pp from a trained skip (default 3)")
+    parser.add_argument("--out", help="also write the table here (markdown)")
+    args = parser.parse_args(argv)
+    try:
+        want_b, wants = parse_selector(args.b), [(a, parse_selector(a)) for a in args.a]
+        yardsticks = [_yardstick(y) for y in args.yardstick]
+        if args.off_point <= 0:
+            raise ItemsError(f"--off-point {args.off_point:g}: must be > 0 percentage points")
+        found = {name: read_records([root]) for name, root in yardsticks}
+        for text, want in [(args.b, want_b), *wants]:
+            if not any(matches(r, want) for records in found.values() for _, r in records):
+                raise ItemsError(f"{text!r} matches no record under {', '.join(root for _, root in yardsticks)}")
+        cells = []
+        for name, root in yardsticks:
+            records = found[name]
+            for _, want in wants:
+                for axis in args.axis or ("param", "compute"):
+                    label = ",".join(v for v in want.values())
+                    cells.append((label, name, axis, cell(records, root, want, want_b, axis, args.off_point)))
+    except (ItemsError, BaselineError, OSError, KeyError) as err:
+        print(f"ERROR: {err}", file=sys.stderr)
+        return 2
+    text = table(cells, ",".join(want_b.values()), args.off_point)
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
