@@ -11,8 +11,13 @@ hash); groups that share no seed, or suites with different fingerprints, are ref
 
 The difference of group means is ``D = mean_s [Retain_A(s) − Retain_B(s)]`` over the S shared seeds, each Retain
 recomputed from the items against the dense baseline's task values (it equals the record's Retain up to float
-order). Its variance, per task t with the items' differences d_si = a_si − b_si (two-way layout, seeds × items)
-linearised into Retain points by c_t = 100 / (T · dense_t) · dv_t/d(mean s) (``analysis.items``):
+order). Its variance, per task t with the items' differences d_si = k_A·a_si − k_B·b_si (two-way layout, seeds ×
+items) linearised into Retain points by c_t = 100 / (T · dense_t) · dv_t/d(mean s) at the two groups' mean value
+(``analysis.items``), each group weighted by its own slope relative to that one, k = (dv/ds at the group's value) /
+(dv/ds at the mean): 1 for accuracy, and for a perplexity task whose two values lie far apart the variance each
+group's items carry at its own value (the delta method per group; one shared slope misweighted them by up to 11×
+on this project's public task). A perplexity task's value is a ratio, exp(Σs/Σn), so its items enter as
+s_i − r·n_i with r = Σs/Σn of their group (a longer document moves the ratio less than its log-likelihood alone):
 
     d_si = μ + α_s + β_i + ε_si          α: training seed, β: item, ε: seed × item
     Var(D) = σ²_α,R / S  +  Σ_t c_t² (σ²_β,t / I_t  +  σ²_ε,t / (S · I_t))
@@ -22,8 +27,10 @@ the variance over seeds of the per-seed Retain differences minus their interacti
 interaction cannot be told from the item effect, nor the seed effect measured: ``--seed-records`` then takes σ²_α,R
 from records without items (their per-seed Retain differences on shared seeds, an upper bound that includes the
 interaction), and the item component is the items' variance (also including it): both bounds are conservative.
-The interval is t with Satterthwaite's degrees of freedom; a hierarchical bootstrap (seeds, then items within each
-task, the same draws for both groups) is reported beside it as a check.
+The interval is t with Satterthwaite's degrees of freedom; a hierarchical bootstrap of D itself (seeds, then items
+within each task, the same draws for both groups, each task value recomputed from the drawn items) is reported
+beside it as a check: a bootstrap of the linearised D missed D by 4 points where a perplexity task's values were
+19.7 and 3.4 (table3_smollm2, public task, ``no_aux_state`` seed 42 against full HeRo at 19.21 % skip).
 
 ``design`` answers the calculator's question from measured components: the 95 % half-width for S seeds per group
 and items × k per task, and the CPU cost on this machine from the records' own training and per-item scoring times.
@@ -41,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analysis.items import ItemsError, item_frame, slope, task_values
+from analysis.items import ItemsError, item_frame, slope, task_value, task_values
 from analysis.matched import AXES, at_skip, matches, nearest_shared, read_records
 from analysis.reference import BaselineError, parse_selector
 from analysis.stats import t_quantile
@@ -172,7 +179,8 @@ def _check_pairable(a: list[Run], b: list[Run]) -> list[int]:
 
 
 def _matrices(a: dict[int, Run], b: dict[int, Run], seeds: list[int], task: str):
-    """(A, B) score matrices seeds × shared items of ``task`` (items keyed by id and document hash)."""
+    """(A, B, n): score matrices seeds × shared items of ``task`` (items keyed by id and document hash) and the
+    items' token counts (one document, one count)."""
     keys = None
     for run in [a[s] for s in seeds] + [b[s] for s in seeds]:
         k = set(run.items.filter(pl.col("task") == task).select("item", "doc").iter_rows())
@@ -189,7 +197,9 @@ def _matrices(a: dict[int, Run], b: dict[int, Run], seeds: list[int], task: str)
             rows.append([lookup[k] for k in keys])
         return np.array(rows, dtype=np.float64)
 
-    return matrix([a[s] for s in seeds]), matrix([b[s] for s in seeds]), keys
+    frame = b[seeds[0]].items.filter(pl.col("task") == task).select("item", "doc", "tokens")
+    tokens = {(i, d): n for i, d, n in frame.iter_rows()}
+    return matrix([a[s] for s in seeds]), matrix([b[s] for s in seeds]), np.array([tokens[k] for k in keys])
 
 
 def _tokens(run: Run, task: str) -> float:
@@ -203,18 +213,27 @@ def compare(a: list[Run], b: list[Run], dense: dict[str, float], tasks: list[str
     tasks = tasks or sorted(t for t in by_a[seeds[0]].values if ":" not in t)
     kinds = by_a[seeds[0]].items.group_by("task").agg(pl.col("kind").first(), pl.col("metric").first())
     kind = {t: (k, m) for t, k, m in kinds.iter_rows()}
-    mats, c = {}, {}
+    mats, c, diffs = {}, {}, {}
     for t in tasks:
         mats[t] = _matrices(by_a, by_b, seeds, t)
-        mid = 0.5 * (np.mean([by_a[s].values[t] for s in seeds]) + np.mean([by_b[s].values[t] for s in seeds]))
-        c[t] = 100.0 / (len(tasks) * dense[t]) * slope(*kind[t], mid, _tokens(by_a[seeds[0]], t))
+        n_bar = _tokens(by_a[seeds[0]], t)
+        v_a, v_b = (np.mean([runs[s].values[t] for s in seeds]) for runs in (by_a, by_b))
+        c[t] = 100.0 / (len(tasks) * dense[t]) * slope(*kind[t], 0.5 * (v_a + v_b), n_bar)
+        # each group linearised at its own value (the delta method per group), in units of the midpoint's slope:
+        # a − b where the slopes agree (accuracy), and where they do not (a perplexity task far apart) still the
+        # variance each group's items really carry
+        k_a, k_b = (slope(*kind[t], v, n_bar) / slope(*kind[t], 0.5 * (v_a + v_b), n_bar) for v in (v_a, v_b))
+        ma, mb, n = mats[t]
+        if kind[t][0] == "token":  # a ratio Σs/Σn: an item moves it by s_i − r·n_i (its tokens count too)
+            ma, mb = (m - m.sum() / (m.shape[0] * n.sum()) * n for m in (ma, mb))
+        diffs[t] = k_a * ma - k_b * mb
     per_seed = [
         100.0 * np.mean([by_a[s].values[t] / dense[t] - by_b[s].values[t] / dense[t] for t in tasks]) for s in seeds
     ]
     S = len(seeds)
     item_var, inter_var, per_task_seed = {}, {}, {}
     for t in tasks:
-        d = mats[t][0] - mats[t][1]
+        d = diffs[t]
         n_items = d.shape[1]
         col = d.mean(axis=0)
         if S == 1:
@@ -242,7 +261,7 @@ def compare(a: list[Run], b: list[Run], dense: dict[str, float], tasks: list[str
             for t in tasks
         },
         "components": comp,
-        "bootstrap": bootstrap(mats, c, seeds),
+        "bootstrap": bootstrap(mats, {t: kind[t] for t in tasks}, dense, seeds),
         "skip": {
             "a": (np.mean([by_a[s].param_skip for s in seeds]), np.mean([by_a[s].compute_skip for s in seeds])),
             "b": (np.mean([by_b[s].param_skip for s in seeds]), np.mean([by_b[s].compute_skip for s in seeds])),
@@ -262,17 +281,25 @@ def with_record_seeds(comp: Components, a_retain: dict[int, float], b_retain: di
     return comp
 
 
-def bootstrap(mats: dict, c: dict[str, float], seeds: list[int], draws: int = 2000, seed: int = 0) -> dict:
-    """Hierarchical bootstrap of the linearised D: seeds, then items within each task; the same draws for A and B."""
-    rng = np.random.default_rng(seed)
+def bootstrap(
+    mats: dict, kinds: dict[str, tuple[str, str]], dense: dict[str, float], seeds: list[int], draws: int = 2000
+) -> dict:
+    """Hierarchical bootstrap of D itself: seeds, then items within each task, the same draws for A and B; each
+    drawn seed's task values recomputed from its drawn items (``items.task_value``: a perplexity task's exp of
+    summed log-likelihood over summed tokens, not a linearisation), then Retain against ``dense``."""
+    rng = np.random.default_rng(0)
     S, out = len(seeds), np.empty(draws)
+    value = np.vectorize(task_value, excluded={0, 1, 4})
     for k in range(draws):
         s_idx = rng.integers(0, S, S)
-        total = 0.0
-        for t, (ma, mb, _) in mats.items():
+        total = np.zeros(S)
+        for t, (ma, mb, n) in mats.items():
             i_idx = rng.integers(0, ma.shape[1], ma.shape[1])
-            total += c[t] * (ma[np.ix_(s_idx, i_idx)] - mb[np.ix_(s_idx, i_idx)]).mean()
-        out[k] = total
+            tokens = n[i_idx].sum()
+            for m, sign in ((ma, 1.0), (mb, -1.0)):
+                sums = m[np.ix_(s_idx, i_idx)].sum(axis=1)
+                total += sign * value(*kinds[t], sums, tokens, len(i_idx)) / dense[t]
+        out[k] = 100.0 * total.mean() / len(mats)
     lo, hi = np.quantile(out, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return {"std": float(out.std(ddof=1)), "lo": float(lo), "hi": float(hi), "draws": draws}
 

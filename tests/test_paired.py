@@ -121,6 +121,55 @@ def test_bootstrap_agrees_with_the_analytic_variance(tmp_path):
     assert result["bootstrap"]["std"] == pytest.approx(analytic, rel=0.3)
 
 
+def _far_apart_ppl(tmp_path, seeds):
+    """A perplexity task whose two groups lie far apart: A's documents −15 ± 1 nats over 10 tokens, less 0.1 per
+    seed (inv_ppl ≈ e^-1.5 = 0.223), B's −30 ± 1 (e^-3 = 0.050); the qa task equal in both."""
+    a, b = [], []
+    for s in seeds:
+        ppl_a = [(-15.0 + (1.0 if i % 2 else -1.0) - 0.1 * s, 10) for i in range(40)]
+        ppl_b = [(-30.0 + (1.0 if i % 2 else -1.0), 10) for i in range(40)]
+        a.append(load_run(write_run(tmp_path, f"a-{s}", s, [1, 0] * 20, ppl=ppl_a)))
+        b.append(load_run(write_run(tmp_path, f"b-{s}", s, [1, 0] * 20, ppl=ppl_b)))
+    return a, b
+
+
+def test_a_far_apart_perplexity_task_weights_each_groups_items_at_its_own_slope(tmp_path):
+    """Mutant killed: one slope, at the two values' midpoint, for both groups (A's item variance then weighted
+    (0.219 / 0.134)² = 2.7× too little and B's (0.134 / 0.050)² = 7.3× too much)."""
+    a, b = _far_apart_ppl(tmp_path, seeds=[1])
+    comp = compare(a, b, {"qa": 0.5, "ppl": 0.05})["components"]
+    v_a, v_b = math.exp(-1.5 - 0.01), math.exp(-3.0)
+    k_a, k_b = v_a / (0.5 * (v_a + v_b)), v_b / (0.5 * (v_a + v_b))
+    expected = np.var(k_a * np.array([-16.1, -14.1] * 20) - k_b * np.array([-31.0, -29.0] * 20), ddof=1)
+    assert comp.item_var["ppl"] == pytest.approx(expected)
+
+
+def test_the_bootstrap_is_of_d_itself_not_its_linearisation(tmp_path):
+    """Mutant killed: the bootstrap of c_t × (mean item difference), which for these far-apart perplexity values
+    centres on +199 Retain points while D is +169 (its interval ±6)."""
+    a, b = _far_apart_ppl(tmp_path, seeds=[1, 2, 3])
+    result = compare(a, b, {"qa": 0.5, "ppl": 0.05})
+    boot = result["bootstrap"]
+    assert result["difference"] == pytest.approx(50 * (math.exp(-1.52) - math.exp(-3.0)) / 0.05, rel=0.01)
+    assert boot["lo"] < result["difference"] < boot["hi"]
+    assert boot["hi"] - boot["lo"] < 20
+
+
+def test_a_perplexity_tasks_item_variance_is_that_of_a_ratio(tmp_path):
+    """Documents of 5–50 tokens whose log-likelihoods scale with their length (A 1.5, B 2 nats per token, ± 1): the
+    analytic item sd agrees with the bootstrap's. Mutant killed: items entered as s_i instead of s_i − r·n_i (the
+    documents' lengths then counted as item noise, 3.4× the sd)."""
+    rng = np.random.default_rng(3)
+    n = rng.integers(5, 51, 300)
+    ppl_a = [(-1.5 * k + rng.normal(0, 1), int(k)) for k in n]
+    ppl_b = [(-2.0 * k + rng.normal(0, 1), int(k)) for k in n]
+    a = [load_run(write_run(tmp_path, "a-1", 1, [1, 0] * 150, ppl=ppl_a))]
+    b = [load_run(write_run(tmp_path, "b-1", 1, [1, 0] * 150, ppl=ppl_b))]
+    result = compare(a, b, {"qa": 0.5, "ppl": 0.2})
+    comp = result["components"]
+    assert math.sqrt(comp.variance(1)[1]) == pytest.approx(result["bootstrap"]["std"], rel=0.15)
+
+
 def test_design_returns_the_fewest_seeds_that_resolve_the_target(tmp_path):
     rng = np.random.default_rng(2)
     a, b = _runs(tmp_path, S=4, n_items=200, sd_seed=0.04, sd_item=0.2, sd_inter=0.05, rng=rng)
