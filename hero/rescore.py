@@ -21,6 +21,10 @@ two such commands side by side share the list (each run is claimed under an ``fc
 copies each new record to ``DIR/<method>-<variant>-<run dir name>-s<seed>/results.json`` (a trial's
 directory is named by its knob: ``hero-full+u900-alpha=0.0001-s42``), and the suite's dense record to
 ``DIR/baselines/`` unless a record there already carries its ``baseline_key``.
+
+A study's own records stand for their runs: ``python -m hero.rescore docs/studies/<study>/records/hero-* eval=public
+--into docs/studies/<study>/public_records`` finds each run directory through the config-hash index under the
+record's ``paths.root`` (on the machine that ran the study) and names each copy as its record is named there.
 """
 
 from __future__ import annotations
@@ -40,7 +44,14 @@ from hero.errors import ConfigError
 from hero.evaluation import suite_fingerprint
 from hero.logs import logged_to
 from hero.records import RunRecord
-from hero.results import ITEMS_FILENAME, RESULTS_FILENAME, is_completed, read_record_or_none, write_atomic
+from hero.results import (
+    ITEMS_FILENAME,
+    RESULTS_FILENAME,
+    completed_record,
+    is_completed,
+    read_record_or_none,
+    write_atomic,
+)
 from hero.scoring import dense_baseline, score, write_baseline_record
 from hero.spec import RunSpec
 from hero.training import seed_everything, set_threads
@@ -76,6 +87,16 @@ def rescore_spec(record: dict, overrides: list[str]) -> RunSpec:
     return RunSpec.resolve(cfg)
 
 
+def run_of(path: Path) -> Path:
+    """The run directory behind ``path``: ``path`` itself, or, where ``path`` is a study's copy of a run's record
+    (``hero.dispatch``'s ``collect_into``: the record and its items, not the trained tensors), the run directory
+    that the config-hash index under the record's ``paths.root`` names for it."""
+    record = read_record_or_none(path / RESULTS_FILENAME) or {}
+    root = ((record.get("config") or {}).get("paths") or {}).get("root")
+    found = completed_record(root, record["config_hash"]) if root and record.get("config_hash") else None
+    return found.parent if found is not None and found.parent.resolve() != path.resolve() else path
+
+
 def _checked(run_dir: Path, overrides: list[str]) -> tuple[dict, RunSpec]:
     """The run's record and the spec it is rescored under, or one line saying why it cannot be."""
     record = read_record_or_none(run_dir / RESULTS_FILENAME)
@@ -84,6 +105,11 @@ def _checked(run_dir: Path, overrides: list[str]) -> tuple[dict, RunSpec]:
     spec = rescore_spec(record, overrides)
     if not spec.evaluates:
         raise RescoreError("eval=none: rescoring needs a suite to score on")
+    if record.get("train") and not (run_dir / spec.method.state_dir).is_dir():
+        raise RescoreError(
+            f"{run_dir}: no trained {record['method']} tensors ({spec.method.state_dir}/) beside the record, and no "
+            f"run with its config hash {record['config_hash']} in {spec.root}/index: rescore the run's own directory"
+        )
     return record, spec
 
 
@@ -141,18 +167,23 @@ def _rescore(run_dir: Path, record: dict, spec: RunSpec, out: Path, start: float
     return new.write(out)
 
 
-def copy_into(path: Path, run_dir: Path, into: Path) -> Path:
-    """Copy the rescored record at ``path`` (and its suite's dense record) into the study folder ``into``."""
+def copy_into(path: Path, run_dir: Path, into: Path, name: str | None = None) -> Path:
+    """Copy the rescored record at ``path`` (and the dense record its Retain names) into the study folder ``into``, as
+    ``name`` (a study's copy of the run's record keeps its own name), else named by the run directory."""
     record = read_record_or_none(path)
-    target = into / f"{record['method']}-{record['variant']}-{run_dir.name}-s{record['seed']}" / RESULTS_FILENAME
+    name = name or f"{record['method']}-{record['variant']}-{run_dir.name}-s{record['seed']}"
+    target = into / name / RESULTS_FILENAME
     if (path.parent / ITEMS_FILENAME).is_file():  # first: a record never names items its folder lacks
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path.parent / ITEMS_FILENAME, target.parent / ITEMS_FILENAME)
     write_atomic(target, record)
     keys = {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"*/{RESULTS_FILENAME}")}
     keys |= {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"baselines/*/{RESULTS_FILENAME}")}
+    own = Path(
+        (record.get("retain") or {}).get("baseline_source") or ""
+    ).stem  # the run's rescored/ holds every suite's
     for dense in sorted(path.parents[1].glob(f"baselines/*/{RESULTS_FILENAME}")):
-        if (read_record_or_none(dense) or {}).get("baseline_key") not in keys:
+        if (key := (read_record_or_none(dense) or {}).get("baseline_key")) == own and key not in keys:
             (into / "baselines" / dense.parent.name).mkdir(parents=True, exist_ok=True)
             if (dense.parent / ITEMS_FILENAME).is_file():
                 shutil.copyfile(dense.parent / ITEMS_FILENAME, into / "baselines" / dense.parent.name / ITEMS_FILENAME)
@@ -163,9 +194,11 @@ def copy_into(path: Path, run_dir: Path, into: Path) -> Path:
 def rescore_many(run_dirs: list[Path], overrides: list[str], into: Path | None = None):
     """Rescore each run not yet scored on this suite, skipping runs another process holds; yields
     ``(run_dir, record path, what happened)`` with ``scored``, ``already scored`` or ``taken``. Every run is
-    checked before the first is scored, so a bad one stops the command before any compute."""
-    plans = [(run_dir, rescored_path(run_dir, _checked(run_dir, overrides)[1])) for run_dir in run_dirs]
-    for run_dir, path in plans:
+    checked before the first is scored, so a bad one stops the command before any compute. A study's copy of a
+    record stands for its run (``run_of``)."""
+    runs = [(given, run_of(given)) for given in run_dirs]
+    plans = [(given, run, rescored_path(run, _checked(run, overrides)[1])) for given, run in runs]
+    for given, run_dir, path in plans:
         path.parent.parent.mkdir(parents=True, exist_ok=True)
         with open(path.parent.parent / f"{path.parent.name}.lock", "w") as lock:
             try:
@@ -177,7 +210,7 @@ def rescore_many(run_dirs: list[Path], overrides: list[str], into: Path | None =
             if state == "scored":
                 rescore(run_dir, overrides)
             if into is not None:
-                copy_into(path, run_dir, into)
+                copy_into(path, run_dir, into, given.name if given != run_dir else None)
             yield run_dir, path, state
 
 

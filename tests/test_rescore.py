@@ -120,3 +120,30 @@ def test_rescoring_every_method_on_its_own_suite_reproduces_its_record_exactly(m
         assert again.get(key) == original.get(key), key
     if method != "dense":
         assert 0 < original["skip"]["param_rate"] < 1
+
+
+def test_a_studys_copy_of_a_record_stands_for_its_run(micro_overrides, tmp_path, capsys):
+    """``hero.rescore docs/studies/<study>/records/<name> … --into DIR``: the run is found through the config-hash
+    index, rescored in its own directory (not in the study folder), and the copy keeps the record's name. Mutants
+    killed: the copy rescored in place (its folder has no trained tensors), the copy named by the run directory, a
+    copy whose run is not indexed accepted (the error must come before any compute, in one line), another suite's
+    dense record copied into a study folder beside the one its records name."""
+    run(compose_train([*micro_overrides, MICRO_RETAIN]), run_dir=tmp_path / "run")
+    copy = tmp_path / "study" / "records" / "hero-full-s42"
+    copy.mkdir(parents=True)
+    for name in ("results.json", "items.jsonl.gz"):
+        (copy / name).write_bytes((tmp_path / "run" / name).read_bytes())
+    into = tmp_path / "study" / "tiny_records"
+    assert main([str(copy), "eval=tiny", MICRO_RETAIN, "--into", str(into)]) == 0
+    assert next((tmp_path / "run" / "rescored").glob("tiny-*/results.json")).is_file()
+    assert not (copy / "rescored").exists()
+    assert sorted(p.name for p in into.iterdir()) == ["baselines", "hero-full-s42"]
+    other = tmp_path / "study" / "other_records"  # a second suite: its folder gets its own dense record only
+    assert main([str(copy), "eval=tiny", MICRO_RETAIN, "eval.limit=5", "--into", str(other)]) == 0
+    assert len(list((other / "baselines").iterdir())) == 1 and len(list((into / "baselines").iterdir())) == 1
+    capsys.readouterr()
+    for entry in (tmp_path / "outputs" / "index").iterdir():
+        entry.unlink()
+    assert main([str(copy), "eval=tiny", MICRO_RETAIN, "--into", str(into)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no trained hero tensors (router/)" in err[0] and not (copy / "rescored").exists()
