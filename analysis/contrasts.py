@@ -13,6 +13,10 @@ reach (``paired.pairs_at_b`` with ``nearest``): matched by construction, never e
 seed there is none. A seed whose skip read lies more than ``--off-point`` percentage points from either run's trained
 skip is *off-point* (its pair is read where neither router was trained): the cell names it, and D is given again
 over the other seeds.
+
+With ``--resolve X`` a design follows, from the same records: per yardstick and axis the contrasts' seed variances
+pooled (``pooled``), the half-width a study of ``--seeds`` seeds per variant would reach, and the fewest seeds per
+variant for ±X — the checkpoint's question, answered from the study's own runs.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from analysis.items import ItemsError
 from analysis.matched import matches, read_records
-from analysis.paired import compare, dense_values, pairs_at_b
+from analysis.paired import Components, compare, dense_values, pairs_at_b
 from analysis.reference import BaselineError, parse_selector
 
 AXIS_NAMES = {"param": "parameter", "compute": "net compute"}
@@ -57,6 +62,7 @@ def cell(records: list[tuple[Path, dict]], root: str, want_a: dict, want_b: dict
         "half_width": _interval(result),
         "bootstrap": (result["bootstrap"]["lo"], result["bootstrap"]["hi"]),
         "off": off,
+        "components": result["components"],
     }
     kept = [s for s in result["seeds"] if s not in off]
     if off and kept:
@@ -93,6 +99,62 @@ def table(cells: list[tuple[str, str, str, dict]], reference: str, off_point: fl
     return "\n".join(lines) + "\n"
 
 
+def pooled(comps: list[Components]) -> Components | None:
+    """One set of components for contrasts that share a reference, a yardstick and a design: the seed variances of
+    their differences pooled by degrees of freedom (seeds − 1 each), the item and seed × item variances averaged per
+    task. None without a contrast of ≥ 2 seeds."""
+    usable = [c for c in comps if not math.isnan(c.seed_var)]  # NaN: one seed, no seed variance measured
+    if not usable:
+        return None
+    df = sum(c.seeds - 1 for c in usable)
+
+    def mean(field: str) -> dict[str, float]:
+        return {t: sum(getattr(c, field)[t] for c in usable) / len(usable) for t in usable[0].tasks}
+
+    return replace(
+        usable[0],
+        c=mean("c"),
+        item_var=mean("item_var"),
+        inter_var=mean("inter_var"),
+        seed_var=sum((c.seeds - 1) * c.seed_var for c in usable) / df,
+        seed_df=df,
+        seed_source=f"pooled over {len(usable)} contrasts",
+    )
+
+
+def resolution(cells: list[tuple[str, str, str, dict]], target: float, seeds: int, max_seeds: int = 60) -> str:
+    """Per yardstick and axis, from the contrasts' pooled components: the 95 % half-width a study of ``seeds`` seeds
+    per variant would reach (estimating its own seed variance: t with seeds − 1 degrees of freedom), and the fewest
+    seeds per variant that reach ``target``."""
+    lines = [
+        "",
+        f"**Design from these records** (the contrasts' seed variances pooled per yardstick and axis; a study of S "
+        f"seeds per variant, every variant on the same seeds and items): the 95 % half-width of one paired difference "
+        f"at {seeds} seeds, and the seeds per variant for ±{target:g}",
+        "",
+        f"| yardstick | axis | contrasts (seeds each) | seed variance of D (df) | item + seed×item at {seeds} seeds "
+        f"| ± at {seeds} seeds | seeds for ±{target:g} |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[Components]] = {}
+    for _, yardstick, axis, c in cells:
+        groups.setdefault((yardstick, axis), []).append(c.get("components"))
+    for (yardstick, axis), comps in groups.items():
+        comps = [c for c in comps if c is not None]
+        comp = pooled(comps)
+        head = f"| {yardstick} | {AXIS_NAMES[axis]} | {', '.join(str(c.seeds) for c in comps) or '–'} |"
+        if comp is None:
+            lines.append(f"{head} – | | | needs a contrast with ≥ 2 seeds |")
+            continue
+        _, item, inter = comp.variance(seeds)
+        found = next((n for n in range(2, max_seeds + 1) if comp.half_width(n) <= target), None)
+        lines.append(
+            f"{head} {comp.seed_var:.2f} ({comp.seed_df}) | {item + inter:.2f} | ±{comp.half_width(seeds):.2f} "
+            f"| {found or f'> {max_seeds}'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _yardstick(text: str) -> tuple[str, str]:
     name, eq, root = text.partition("=")
     if not eq or not name or not Path(root).is_dir():
@@ -109,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--axis", choices=("param", "compute"), action="append", help="default: both")
     parser.add_argument("--off-point", type=float, default=3.0, help="pp from a trained skip (default 3)")
+    parser.add_argument("--resolve", type=float, help="design: seeds per variant for a ±RESOLVE half-width")
+    parser.add_argument("--seeds", type=int, default=5, help="design: the half-width at this many seeds (default 5)")
     parser.add_argument("--out", help="also write the table here (markdown)")
     args = parser.parse_args(argv)
     try:
@@ -116,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         yardsticks = [_yardstick(y) for y in args.yardstick]
         if args.off_point <= 0:
             raise ItemsError(f"--off-point {args.off_point:g}: must be > 0 percentage points")
+        if args.resolve is not None and args.resolve <= 0 or args.seeds < 2:
+            raise ItemsError(f"--resolve {args.resolve} --seeds {args.seeds}: need a half-width > 0 and ≥ 2 seeds")
         found = {name: read_records([root]) for name, root in yardsticks}
         for text, want in [(args.b, want_b), *wants]:
             if not any(matches(r, want) for records in found.values() for _, r in records):
@@ -131,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2
     text = table(cells, ",".join(want_b.values()), args.off_point)
+    if args.resolve is not None:
+        text += resolution(cells, args.resolve, args.seeds)
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from analysis.contrasts import main
+import pytest
+
+from analysis.contrasts import main, pooled, resolution
 from tests.test_paired import write_run
 
 
@@ -70,3 +72,43 @@ def test_a_selector_matching_nothing_or_a_bad_yardstick_is_refused_in_one_line(t
     assert len(err) == 1 and "'variant=typo' matches no record" in err[0]
     assert main([*args, "--yardstick", f"x={tmp_path / 'nowhere'}"]) == 2
     assert "expected NAME=DIR" in capsys.readouterr().err
+
+
+def test_pooled_components_weigh_each_contrasts_seed_variance_by_its_degrees_of_freedom():
+    """Mutants killed: a plain mean of the seed variances (7 instead of 6), a one-seed contrast (no seed variance)
+    taken in, the pooled degrees of freedom left at one contrast's."""
+    from analysis.paired import Components
+
+    def comp(seeds, seed_var, item):
+        return Components(["qa"], {"qa": 100.0}, {"qa": 50}, {"qa": item}, {"qa": 0.0}, seed_var, seeds, "items")
+
+    out = pooled([comp(3, 4.0, 0.01), comp(2, 10.0, 0.03), comp(1, float("nan"), 0.5)])
+    assert out.seed_var == pytest.approx(6.0) and out.seed_df == 3
+    assert out.item_var["qa"] == pytest.approx(0.02)
+    assert pooled([comp(1, float("nan"), 0.5)]) is None
+
+
+def test_the_design_row_is_the_fewest_seeds_whose_half_width_reaches_the_target():
+    """Mutants killed: the half-width at --seeds taken from the measured seeds' degrees of freedom instead of the
+    planned study's (seeds − 1), the search starting above the answer, a yardstick without a two-seed contrast
+    given a number."""
+    from analysis.paired import Components
+
+    def comp(seeds, seed_var):
+        return Components(["qa"], {"qa": 100.0}, {"qa": 400}, {"qa": 1e-4}, {"qa": 1e-4}, seed_var, seeds, "items")
+
+    cells = [
+        ("x", "ours", "param", {"components": comp(3, 9.0)}),
+        ("y", "ours", "param", {"components": comp(4, 11.0)}),
+        ("x", "other", "param", {"components": comp(1, float("nan"))}),
+    ]
+    text = resolution(cells, 3.0, 5)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines() if line.startswith("| o")]
+    both = pooled([comp(3, 9.0), comp(4, 11.0)])
+    assert rows[0][:4] == ["ours", "parameter", "3, 4", "10.20 (5)"]
+    assert rows[0][5] == f"±{both.half_width(5):.2f}" and both.half_width(5) > both.half_width(5, seed_df=5)
+    fewest = next(n for n in range(2, 61) if both.half_width(n) <= 3.0)
+    assert int(rows[0][6]) == fewest and both.half_width(fewest - 1) > 3.0
+    assert rows[1][3] == "–" and "needs a contrast with ≥ 2 seeds" in rows[1][6]
+    loose = next(line for line in resolution(cells, 100.0, 5).splitlines() if line.startswith("| ours"))
+    assert loose.rstrip().endswith("| 2 |")  # two seeds already reach ±100
