@@ -16,11 +16,12 @@ that suite, so ``python -m analysis.report RUN_DIR/rescored`` reads it like any 
 Several runs at once (a calibration's trials: every router it trained, each a point on the method's
 Retain–skip curve): ``python -m hero.rescore outputs/calibration/trials/<bed>/<layers>/<variant>/*/*/*
 eval=smollm2 --into docs/studies/<study>/records``. Every run is checked before the first is scored; a run
-already scored on that suite is skipped, so a relaunch after an interruption goes on where it stopped, and
+already scored on that suite the same way (same config hash) is skipped, so a relaunch after an interruption goes on where it stopped, and
 two such commands side by side share the list (each run is claimed under an ``fcntl`` lock). ``--into``
 copies each new record to ``DIR/<method>-<variant>-<run dir name>-s<seed>/results.json`` (a trial's
 directory is named by its knob: ``hero-full+u900-alpha=0.0001-s42``), and the suite's dense record to
-``DIR/baselines/`` unless a record there already carries its ``baseline_key``.
+``DIR/baselines/`` unless a record there already carries its ``baseline_key``. One scoring per suite is kept:
+the same suite at other ``eval.thresholds`` scores the run again and replaces it.
 
 A study's own records stand for their runs: ``python -m hero.rescore docs/studies/<study>/records/hero-* eval=public
 --into docs/studies/<study>/public_records`` finds each run directory through the config-hash index under the
@@ -197,8 +198,9 @@ def rescore_many(run_dirs: list[Path], overrides: list[str], into: Path | None =
     checked before the first is scored, so a bad one stops the command before any compute. A study's copy of a
     record stands for its run (``run_of``)."""
     runs = [(given, run_of(given)) for given in run_dirs]
-    plans = [(given, run, rescored_path(run, _checked(run, overrides)[1])) for given, run in runs]
-    for given, run_dir, path in plans:
+    plans = [(given, run, spec) for given, run in runs for spec in [_checked(run, overrides)[1]]]
+    for given, run_dir, spec in plans:
+        path = rescored_path(run_dir, spec)
         path.parent.parent.mkdir(parents=True, exist_ok=True)
         with open(path.parent.parent / f"{path.parent.name}.lock", "w") as lock:
             try:
@@ -206,7 +208,9 @@ def rescore_many(run_dirs: list[Path], overrides: list[str], into: Path | None =
             except BlockingIOError:
                 yield run_dir, path, "taken"
                 continue
-            state = "already scored" if is_completed(read_record_or_none(path)) else "scored"
+            # the suite's folder holds one scoring; another of the same suite (other eval.thresholds) replaces it
+            there = read_record_or_none(path)
+            state = "already scored" if is_completed(there) and there["config_hash"] == spec.config_hash else "scored"
             if state == "scored":
                 rescore(run_dir, overrides)
             if into is not None:

@@ -80,6 +80,10 @@ def test_rescoring_a_calibrations_trials_into_a_study_checks_every_run_first_and
     before = scored.stat().st_mtime_ns
     assert main([*runs, "eval=tiny", MICRO_RETAIN]) == 0  # a relaunch scores nothing again
     assert capsys.readouterr().out.count("already scored") == 2 and scored.stat().st_mtime_ns == before
+    # the same suite scored another way (more thresholds) is not "already scored": it replaces that scoring
+    assert main([runs[1], "eval=tiny", MICRO_RETAIN, "eval.thresholds=[0.3]"]) == 0
+    assert "already scored" not in capsys.readouterr().out
+    assert [point["threshold"] for point in json.loads(scored.read_text())["curve"]] == [0.3]
 
     with open(scored.parent.parent / f"{scored.parent.name}.lock", "w") as held:  # a second process scoring it
         fcntl.flock(held, fcntl.LOCK_EX)
