@@ -29,7 +29,7 @@ from pathlib import Path
 
 from analysis.items import ItemsError
 from analysis.matched import matches, read_records
-from analysis.paired import Components, compare, dense_values, pairs_at_b
+from analysis.paired import Components, compare, dense_values, pairs_at_b, with_items
 from analysis.reference import BaselineError, parse_selector
 
 AXIS_NAMES = {"param": "parameter", "compute": "net compute"}
@@ -41,12 +41,12 @@ def _interval(result: dict) -> float:
     return float("nan") if math.isnan(comp.seed_var) else comp.half_width(comp.seeds, seed_df=comp.seed_df)
 
 
-def cell(records: list[tuple[Path, dict]], root: str, want_a: dict, want_b: dict, axis: str, off_point: float) -> dict:
-    """One contrast: D, its half-width and bootstrap interval, the per-seed pairs and skip read, the off-point seeds
-    and D without them. ``{"missing": why}`` where the yardstick has no pair to read."""
-    with_items = [(p, r) for p, r in records if (p.parent / "items.jsonl.gz").is_file()]
+def cell(runs: list[tuple[Path, dict]], root: str, want_a: dict, want_b: dict, axis: str, off_point: float) -> dict:
+    """One contrast over ``runs`` (a yardstick's records with items, ``paired.with_items``): D, its half-width and
+    bootstrap interval, the per-seed pairs and skip read, the off-point seeds and D without them. ``{"missing": why}``
+    where the yardstick has no pair to read."""
     try:
-        a, b, reads = pairs_at_b(with_items, want_a, want_b, axis, nearest=True)
+        a, b, reads = pairs_at_b(runs, want_a, want_b, axis, nearest=True)
     except ItemsError as err:  # a seed's two curves share no skip: shown in its cell, the other cells still read
         return {"missing": str(err)}
     if not a:
@@ -188,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise ItemsError(f"{text!r} matches no record under {', '.join(root for _, root in yardsticks)}")
         cells = []
         for name, root in yardsticks:
-            records = found[name]
+            runs = with_items(found[name])
             for _, want in wants:
+                label = ",".join(want.values())
                 for axis in args.axis or ("param", "compute"):
-                    label = ",".join(v for v in want.values())
-                    cells.append((label, name, axis, cell(records, root, want, want_b, axis, args.off_point)))
+                    cells.append((label, name, axis, cell(runs, root, want, want_b, axis, args.off_point)))
     except (ItemsError, BaselineError, OSError, KeyError) as err:
         print(f"ERROR: {err}", file=sys.stderr)
         return 2

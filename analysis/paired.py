@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analysis.items import ItemsError, item_frame, slope, task_value, task_values
+from analysis.items import ItemsError, item_frame, items_path, slope, task_value, task_values
 from analysis.matched import AXES, at_skip, matches, nearest_shared, read_records
 from analysis.reference import BaselineError, parse_selector
 from analysis.stats import t_quantile
@@ -120,16 +120,21 @@ def load_run(path: str | Path, at: float | None = None, axis: str = "param", rec
     return Run(path, record, items, values, param, compute)
 
 
+def with_items(records: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
+    """The (path, record) pairs whose per-item outputs lie beside the record: the runs this module can pair."""
+    return [(p, r) for p, r in records if items_path(p).is_file()]
+
+
 def pairs_at_b(
-    with_items: list[tuple[Path, dict]], want_a: dict, want_b: dict, axis: str, nearest: bool = False
+    runs: list[tuple[Path, dict]], want_a: dict, want_b: dict, axis: str, nearest: bool = False
 ) -> tuple[list[Run], list[Run], dict[int, tuple[float, float, float]]]:
-    """Each A run read at exactly its same-seed B run's trained skip on ``axis`` (B at its trained threshold); with
-    ``nearest``, where A's curve does not reach it, both runs of that seed read at the nearest skip both curves reach
-    (``matched.nearest_shared``). Returns (A runs, B runs, {seed: (skip read, B's trained skip, A's trained skip)})
-    over the seeds both groups have."""
+    """Each A run of ``runs`` (records with items, ``with_items``) read at exactly its same-seed B run's trained skip
+    on ``axis`` (B at its trained threshold); with ``nearest``, where A's curve does not reach it, both runs of that
+    seed read at the nearest skip both curves reach (``matched.nearest_shared``). Returns (A runs, B runs, {seed:
+    (skip read, B's trained skip, A's trained skip)}) over the seeds both groups have."""
     key = "param_skip" if axis == "param" else "compute_skip"
-    trained_b = {run.seed: run for run in (load_run(p, None, axis, r) for p, r in with_items if matches(r, want_b))}
-    a_records = [(p, r) for p, r in with_items if matches(r, want_a) and r["seed"] in trained_b]
+    trained_b = {run.seed: run for run in (load_run(p, None, axis, r) for p, r in runs if matches(r, want_b))}
+    a_records = [(p, r) for p, r in runs if matches(r, want_a) and r["seed"] in trained_b]
     reads = {}
     for _, r in a_records:
         target = getattr(trained_b[r["seed"]], key)
@@ -218,11 +223,12 @@ def compare(a: list[Run], b: list[Run], dense: dict[str, float], tasks: list[str
         mats[t] = _matrices(by_a, by_b, seeds, t)
         n_bar = _tokens(by_a[seeds[0]], t)
         v_a, v_b = (np.mean([runs[s].values[t] for s in seeds]) for runs in (by_a, by_b))
-        c[t] = 100.0 / (len(tasks) * dense[t]) * slope(*kind[t], 0.5 * (v_a + v_b), n_bar)
+        mid = slope(*kind[t], 0.5 * (v_a + v_b), n_bar)
+        c[t] = 100.0 / (len(tasks) * dense[t]) * mid
         # each group linearised at its own value (the delta method per group), in units of the midpoint's slope:
         # a − b where the slopes agree (accuracy), and where they do not (a perplexity task far apart) still the
         # variance each group's items really carry
-        k_a, k_b = (slope(*kind[t], v, n_bar) / slope(*kind[t], 0.5 * (v_a + v_b), n_bar) for v in (v_a, v_b))
+        k_a, k_b = (slope(*kind[t], v, n_bar) / mid for v in (v_a, v_b))
         ma, mb, n = mats[t]
         if kind[t][0] == "token":  # a ratio Σs/Σn: an item moves it by s_i − r·n_i (its tokens count too)
             ma, mb = (m - m.sum() / (m.shape[0] * n.sum()) * n for m in (ma, mb))
@@ -374,18 +380,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        with_items = [(p, r) for p, r in read_records(args.records) if (p.parent / "items.jsonl.gz").is_file()]
+        runs = with_items(read_records(args.records))
         want_a, want_b = parse_selector(args.a), parse_selector(args.b)
         if args.at_b and args.at is not None:
             raise ItemsError(f"--at {args.at} and --at-b: give one (one skip for every run, or each B run's own)")
         if args.nearest and not args.at_b:
             raise ItemsError("--nearest reads a seed's pair near B's trained skip: it needs --at-b")
         if args.at_b:
-            a, b, reads = pairs_at_b(with_items, want_a, want_b, args.axis, args.nearest)
+            a, b, reads = pairs_at_b(runs, want_a, want_b, args.axis, args.nearest)
         else:
-            a, b = (
-                [load_run(p, args.at, args.axis, r) for p, r in with_items if matches(r, w)] for w in (want_a, want_b)
-            )
+            a, b = ([load_run(p, args.at, args.axis, r) for p, r in runs if matches(r, w)] for w in (want_a, want_b))
         if not a or not b:
             raise ItemsError(f"--a {args.a}: {len(a)} runs with items, --b {args.b}: {len(b)}; each needs ≥ 1")
         dense = dense_values(a[0], args.records)

@@ -16,8 +16,9 @@ that suite, so ``python -m analysis.report RUN_DIR/rescored`` reads it like any 
 Several runs at once (a calibration's trials: every router it trained, each a point on the method's
 Retain–skip curve): ``python -m hero.rescore outputs/calibration/trials/<bed>/<layers>/<variant>/*/*/*
 eval=smollm2 --into docs/studies/<study>/records``. Every run is checked before the first is scored; a run
-already scored on that suite the same way (same config hash) is skipped, so a relaunch after an interruption goes on where it stopped, and
-two such commands side by side share the list (each run is claimed under an ``fcntl`` lock). ``--into``
+already scored on that suite the same way (same config hash) is skipped, so a relaunch after an interruption goes
+on where it stopped, and two such commands side by side share the list (each run is claimed under an ``fcntl``
+lock). ``--into``
 copies each new record to ``DIR/<method>-<variant>-<run dir name>-s<seed>/results.json`` (a trial's
 directory is named by its knob: ``hero-full+u900-alpha=0.0001-s42``), and the suite's dense record to
 ``DIR/baselines/`` unless a record there already carries its ``baseline_key``. One scoring per suite is kept:
@@ -180,9 +181,8 @@ def copy_into(path: Path, run_dir: Path, into: Path, name: str | None = None) ->
     write_atomic(target, record)
     keys = {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"*/{RESULTS_FILENAME}")}
     keys |= {(read_record_or_none(f) or {}).get("baseline_key") for f in into.glob(f"baselines/*/{RESULTS_FILENAME}")}
-    own = Path(
-        (record.get("retain") or {}).get("baseline_source") or ""
-    ).stem  # the run's rescored/ holds every suite's
+    # the run's rescored/ holds every suite's dense record: only the one this record's Retain names is copied
+    own = Path((record.get("retain") or {}).get("baseline_source") or "").stem
     for dense in sorted(path.parents[1].glob(f"baselines/*/{RESULTS_FILENAME}")):
         if (key := (read_record_or_none(dense) or {}).get("baseline_key")) == own and key not in keys:
             (into / "baselines" / dense.parent.name).mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ def rescore_many(run_dirs: list[Path], overrides: list[str], into: Path | None =
     checked before the first is scored, so a bad one stops the command before any compute. A study's copy of a
     record stands for its run (``run_of``)."""
     runs = [(given, run_of(given)) for given in run_dirs]
-    plans = [(given, run, spec) for given, run in runs for spec in [_checked(run, overrides)[1]]]
+    plans = [(given, run, _checked(run, overrides)[1]) for given, run in runs]
     for given, run_dir, spec in plans:
         path = rescored_path(run_dir, spec)
         path.parent.parent.mkdir(parents=True, exist_ok=True)
