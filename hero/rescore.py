@@ -92,8 +92,13 @@ def rescore_spec(record: dict, overrides: list[str]) -> RunSpec:
 def run_of(path: Path) -> Path:
     """The run directory behind ``path``: ``path`` itself, or, where ``path`` is a study's copy of a run's record
     (``hero.dispatch``'s ``collect_into``: the record and its items, not the trained tensors), the run directory
-    that the config-hash index under the record's ``paths.root`` names for it."""
+    that the config-hash index under the record's ``paths.root`` names for it; where ``path`` is a copy of a
+    rescoring (its config hash is the rescoring's, which the index does not hold), the run its ``rescored_from``
+    names, where that exists on this machine."""
     record = read_record_or_none(path / RESULTS_FILENAME) or {}
+    source = Path(record.get("rescored_from") or "")
+    if record.get("origin") == "rescored" and source.is_file() and source.parent.resolve() != path.resolve():
+        return source.parent
     root = ((record.get("config") or {}).get("paths") or {}).get("root")
     found = completed_record(root, record["config_hash"]) if root and record.get("config_hash") else None
     return found.parent if found is not None and found.parent.resolve() != path.resolve() else path

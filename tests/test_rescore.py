@@ -131,7 +131,8 @@ def test_a_studys_copy_of_a_record_stands_for_its_run(micro_overrides, tmp_path,
     index, rescored in its own directory (not in the study folder), and the copy keeps the record's name. Mutants
     killed: the copy rescored in place (its folder has no trained tensors), the copy named by the run directory, a
     copy whose run is not indexed accepted (the error must come before any compute, in one line), another suite's
-    dense record copied into a study folder beside the one its records name."""
+    dense record copied into a study folder beside the one its records name, a copy of a rescoring not traced
+    through its ``rescored_from``."""
     run(compose_train([*micro_overrides, MICRO_RETAIN]), run_dir=tmp_path / "run")
     copy = tmp_path / "study" / "records" / "hero-full-s42"
     copy.mkdir(parents=True)
@@ -145,6 +146,11 @@ def test_a_studys_copy_of_a_record_stands_for_its_run(micro_overrides, tmp_path,
     other = tmp_path / "study" / "other_records"  # a second suite: its folder gets its own dense record only
     assert main([str(copy), "eval=tiny", MICRO_RETAIN, "eval.limit=5", "--into", str(other)]) == 0
     assert len(list((other / "baselines").iterdir())) == 1 and len(list((into / "baselines").iterdir())) == 1
+    again = (
+        tmp_path / "study" / "again_records"
+    )  # a copy of a rescoring (eval.limit=5: its own config hash) stands for its run
+    assert main([str(other / "hero-full-s42"), "eval=tiny", MICRO_RETAIN, "eval.limit=4", "--into", str(again)]) == 0
+    assert (again / "hero-full-s42" / "results.json").is_file() and not (other / "hero-full-s42" / "rescored").exists()
     capsys.readouterr()
     for entry in (tmp_path / "outputs" / "index").iterdir():
         entry.unlink()
