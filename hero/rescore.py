@@ -18,15 +18,15 @@ Retain–skip curve): ``python -m hero.rescore outputs/calibration/trials/<bed>/
 eval=smollm2 --into docs/studies/<study>/records``. Every run is checked before the first is scored; a run
 already scored on that suite the same way (same config hash) is skipped, so a relaunch after an interruption goes
 on where it stopped, and two such commands side by side share the list (each run is claimed under an ``fcntl``
-lock). ``--into``
-copies each new record to ``DIR/<method>-<variant>-<run dir name>-s<seed>/results.json`` (a trial's
-directory is named by its knob: ``hero-full+u900-alpha=0.0001-s42``), and the suite's dense record to
+lock). ``--into`` copies each new record to ``DIR/<method>-<variant>-<run dir name>-s<seed>/results.json`` (a
+trial's directory is named by its knob: ``hero-full+u900-alpha=0.0001-s42``), and the suite's dense record to
 ``DIR/baselines/`` unless a record there already carries its ``baseline_key``. One scoring per suite is kept:
 the same suite at other ``eval.thresholds`` scores the run again and replaces it.
 
 A study's own records stand for their runs: ``python -m hero.rescore docs/studies/<study>/records/hero-* eval=public
 --into docs/studies/<study>/public_records`` finds each run directory through the config-hash index under the
-record's ``paths.root`` (on the machine that ran the study) and names each copy as its record is named there.
+record's ``paths.root`` (on the machine that ran the study), or, for a copy of a rescoring, through its
+``rescored_from``, and names each copy as its record is named there.
 """
 
 from __future__ import annotations

@@ -146,9 +146,8 @@ def test_a_studys_copy_of_a_record_stands_for_its_run(micro_overrides, tmp_path,
     other = tmp_path / "study" / "other_records"  # a second suite: its folder gets its own dense record only
     assert main([str(copy), "eval=tiny", MICRO_RETAIN, "eval.limit=5", "--into", str(other)]) == 0
     assert len(list((other / "baselines").iterdir())) == 1 and len(list((into / "baselines").iterdir())) == 1
-    again = (
-        tmp_path / "study" / "again_records"
-    )  # a copy of a rescoring (eval.limit=5: its own config hash) stands for its run
+    # a copy of a rescoring (eval.limit=5: its own config hash, not in the index) stands for the run it rescored
+    again = tmp_path / "study" / "again_records"
     assert main([str(other / "hero-full-s42"), "eval=tiny", MICRO_RETAIN, "eval.limit=4", "--into", str(again)]) == 0
     assert (again / "hero-full-s42" / "results.json").is_file() and not (other / "hero-full-s42" / "rescored").exists()
     capsys.readouterr()
