@@ -5,7 +5,7 @@ report reads more than its own records (other studies' records, options) names t
 ``python -m analysis.report`` in ``report_args`` (one line, paths relative to the repository root). A study that
 compares two suites commits ``two_suites.md``, rebuilt by ``python -m analysis.two_suites`` with ``two_suites_args``;
 one whose answer is a table of paired differences commits ``contrasts.md``, rebuilt by ``python -m analysis.contrasts``
-with ``contrasts_args``."""
+with ``contrasts_args`` (and any further table ``contrasts_<name>.md`` with ``contrasts_<name>_args``)."""
 
 from __future__ import annotations
 
@@ -43,12 +43,13 @@ def test_two_suite_comparison_rebuilds_from_its_records(name, tmp_path, monkeypa
     assert out.read_bytes() == (study / "two_suites.md").read_bytes()
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in STUDIES.iterdir() if (p / "contrasts.md").is_file()))
-def test_contrasts_rebuild_from_their_records(name, tmp_path, monkeypatch):
-    """A study's paired-difference table (``python -m analysis.contrasts $(cat contrasts_args)``) is what its
-    committed records give today."""
-    study = STUDIES / name
+@pytest.mark.parametrize("table", sorted(str(p.relative_to(STUDIES)) for p in STUDIES.glob("*/contrasts*.md")))
+def test_contrasts_rebuild_from_their_records(table, tmp_path, monkeypatch):
+    """A study's paired-difference table (``python -m analysis.contrasts $(cat contrasts_args)``, or
+    ``contrasts_<name>_args`` for ``contrasts_<name>.md``) is what its committed records give today."""
+    committed = STUDIES / table
     monkeypatch.chdir(REPO)
-    out = tmp_path / "contrasts.md"
-    assert contrasts_main([*shlex.split((study / "contrasts_args").read_text()), "--out", str(out)]) == 0
-    assert out.read_bytes() == (study / "contrasts.md").read_bytes()
+    out = tmp_path / committed.name
+    args = committed.with_name(f"{committed.stem}_args").read_text()
+    assert contrasts_main([*shlex.split(args), "--out", str(out)]) == 0
+    assert out.read_bytes() == committed.read_bytes()
